@@ -1,0 +1,4 @@
+//! Pieces the built-in parser components share.
+
+pub mod markdown;
+pub mod yaml;
