@@ -1,0 +1,137 @@
+//! `rye`: the command line of the Rye host.
+
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rye_host::{ItemKind, LoadRequest, Rye, RyeConfig, SearchRequest, SourceFilter, Space};
+
+/// Find, inspect, run and sign the items of `.ai/` folders.
+///
+/// Items live in three spaces, searched in order: the project
+/// (`<project>/.ai`), the user (`~/.ai`, or `$USER_SPACE/.ai`) and the
+/// system space bundled with rye (or `$RYE_SYSTEM_SPACE/.ai`).
+#[derive(Parser)]
+#[command(name = "rye", version, max_term_width = 100)]
+struct Cli {
+    /// The project folder (the one holding `.ai/`).
+    #[arg(long, global = true, default_value = ".", value_name = "DIR")]
+    project: PathBuf,
+
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Search items by keyword across the spaces.
+    ///
+    /// Terms match as substrings, case-insensitively; `*` and `?` are
+    /// wildcards over words; "quoted phrases" match as written; AND (the
+    /// default between terms), OR, NOT and parentheses combine them.
+    Search {
+        /// directive, tool, knowledge or all; narrow with a namespace, as
+        /// in tool.rye.core.*
+        scope: String,
+        /// The query; empty lists everything in scope.
+        query: Vec<String>,
+        /// all, project, user or system.
+        #[arg(long, default_value = "all")]
+        source: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+    },
+    /// Show an item, optionally copying it into the project or user space.
+    Load {
+        /// directive, tool or knowledge.
+        kind: ItemKind,
+        /// The item id: its path under .ai/<kind folder>/ without extension.
+        id: String,
+        /// Look only in this space: project, user or system.
+        #[arg(long)]
+        source: Option<Space>,
+        /// Copy the item into this space: project or user.
+        #[arg(long, value_name = "SPACE")]
+        to: Option<Space>,
+        /// Overwrite the file at the destination if there is one.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RYE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let rye = Rye::new(RyeConfig::from_env()?).context("failed to start the host")?;
+    let project = Some(cli.project);
+    match cli.command {
+        Command::Search {
+            scope,
+            query,
+            source,
+            limit,
+            offset,
+        } => {
+            let request = SearchRequest {
+                scope,
+                query: query.join(" "),
+                source: SourceFilter::parse(&source)?,
+                limit,
+                offset,
+                project,
+            };
+            let response = rye.search(&request)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&response)?);
+            } else {
+                output::search(&response);
+            }
+        }
+        Command::Load {
+            kind,
+            id,
+            source,
+            to,
+            force,
+        } => {
+            let loaded = rye.load(&LoadRequest {
+                kind,
+                id,
+                source,
+                destination: to,
+                force,
+                project,
+            })?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&loaded)?);
+            } else {
+                output::load(&loaded);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,9 @@
+//! The one place `bindgen!` runs: host bindings for the plugin worlds,
+//! generated from `wit/`, kept private to this crate.
+
+pub(crate) mod parser {
+    wasmtime::component::bindgen!({
+        world: "parser",
+        path: "../../wit/rye-plugin@0.1.0",
+    });
+}

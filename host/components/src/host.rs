@@ -1,0 +1,339 @@
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rye_space::FileStamp;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+
+use crate::bindings;
+use crate::cache::ArtifactCache;
+use crate::error::{ComponentError, ComponentErrorKind};
+use crate::limits::Limits;
+use crate::sandbox::CallState;
+use crate::world::{World, contract_exports, CONTRACT_VERSION};
+
+/// How often the engine's epoch advances. A deadline is enforced to within
+/// one tick; ticks much shorter than this cost measurable time.
+const EPOCH_TICK: Duration = Duration::from_millis(100);
+
+/// The largest memory cap any world may be given while the pooling
+/// allocator is in use (it reserves address space for this much per slot).
+const POOL_MAX_MEMORY: usize = 256 * 1024 * 1024;
+
+/// How the host is set up.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Where compiled components are kept between processes; `None`
+    /// compiles in every process.
+    pub cache_dir: Option<PathBuf>,
+    /// Limits per world.
+    pub parser_limits: Limits,
+    pub adapter_limits: Limits,
+    pub validator_limits: Limits,
+    /// Try the pooling instance allocator (faster instantiation); it is used
+    /// only if the machine lets the engine reserve its address space.
+    pub pooling: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            parser_limits: Limits::default(),
+            adapter_limits: Limits::default(),
+            validator_limits: Limits::default(),
+            pooling: true,
+        }
+    }
+}
+
+impl HostConfig {
+    pub fn limits(&self, world: World) -> Limits {
+        match world {
+            World::Parser => self.parser_limits,
+            World::RuntimeAdapter => self.adapter_limits,
+            World::Validator => self.validator_limits,
+        }
+    }
+}
+
+/// Where a loaded component's machine code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled in this process.
+    Compiled,
+    /// Deserialized from the on-disk cache.
+    Cache,
+}
+
+/// A component checked against its world and ready to instantiate.
+pub struct LoadedComponent {
+    pub path: PathBuf,
+    /// SHA-256 of the component's bytes.
+    pub hash: [u8; 32],
+    pub world: World,
+    pub origin: Origin,
+    pub(crate) pre: Pre,
+}
+
+pub(crate) enum Pre {
+    Parser(bindings::parser::ParserPre<CallState>),
+    /// Checked and linked; its calls belong to later parts of the host.
+    Other,
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedComponent")
+            .field("path", &self.path)
+            .field("hash", &hex::encode(self.hash))
+            .field("world", &self.world)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+type LoadResult = Result<Arc<LoadedComponent>, ComponentErrorKind>;
+
+/// The component host. Cheap to share: wrap it in an `Arc`; every method
+/// takes `&self` and may be called from many threads at once.
+pub struct ComponentHost {
+    engine: Engine,
+    linker: Linker<CallState>,
+    config: HostConfig,
+    pooling: bool,
+    cache: Option<ArtifactCache>,
+    hashes: Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
+    loaded: Mutex<HashMap<([u8; 32], World), LoadResult>>,
+}
+
+impl ComponentHost {
+    pub fn new(config: HostConfig) -> Result<Self, wasmtime::Error> {
+        let (engine, pooling) = build_engine(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        let cache = config.cache_dir.clone().map(|dir| ArtifactCache::new(dir, &engine));
+        start_epoch_ticker(&engine);
+        Ok(Self {
+            engine,
+            linker,
+            config,
+            pooling,
+            cache,
+            hashes: Mutex::default(),
+            loaded: Mutex::default(),
+        })
+    }
+
+    /// Whether the pooling allocator is in use (it needs address space the
+    /// machine may not grant).
+    pub fn pooling(&self) -> bool {
+        self.pooling
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// Loads the component at `path` as a `world` component: reads it
+    /// (reusing the last hash while the file is unchanged), compiles or
+    /// deserializes it, checks its contract version, world and imports,
+    /// and pre-instantiates it. Results, failures included, are kept by
+    /// content hash, so a second load of the same bytes costs a `stat`.
+    pub fn load(&self, path: &Path, world: World) -> Result<Arc<LoadedComponent>, ComponentError> {
+        let fail = |kind| ComponentError {
+            path: path.to_owned(),
+            kind,
+        };
+        let (hash, bytes) = self.hash_file(path).map_err(fail)?;
+        if let Some(found) = self.loaded.lock().expect("load cache lock").get(&(hash, world)) {
+            return found.clone().map_err(fail);
+        }
+        let bytes = match bytes {
+            Some(bytes) => bytes,
+            None => std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?,
+        };
+        let result = self.prepare(path, &bytes, hash, world).map(Arc::new);
+        self.loaded
+            .lock()
+            .expect("load cache lock")
+            .insert((hash, world), result.clone());
+        result.map_err(fail)
+    }
+
+    /// The content hash of `path`, and its bytes if they had to be read.
+    fn hash_file(&self, path: &Path) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
+        let io = |e: std::io::Error| ComponentErrorKind::Io(e.to_string());
+        let stamp = FileStamp::read(path).map_err(io)?;
+        if let Some((known, hash)) = self.hashes.lock().expect("hash cache lock").get(path)
+            && *known == stamp
+        {
+            return Ok((*hash, None));
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        self.hashes
+            .lock()
+            .expect("hash cache lock")
+            .insert(path.to_owned(), (stamp, hash));
+        Ok((hash, Some(bytes)))
+    }
+
+    fn prepare(&self, path: &Path, bytes: &[u8], hash: [u8; 32], world: World) -> Result<LoadedComponent, ComponentErrorKind> {
+        check_header(bytes)?;
+        let (component, origin) = match self.cache.as_ref().and_then(|c| c.load(&self.engine, &hash)) {
+            Some(component) => (component, Origin::Cache),
+            None => {
+                let started = std::time::Instant::now();
+                let component = Component::new(&self.engine, bytes)
+                    .map_err(|e| ComponentErrorKind::Invalid(format!("{e:#}")))?;
+                tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
+                if let Some(cache) = &self.cache {
+                    cache.store(&component, &hash);
+                }
+                (component, Origin::Compiled)
+            }
+        };
+        self.check_world(&component, world)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| ComponentErrorKind::Import(format!("{e:#}")))?;
+        let pre = match world {
+            World::Parser => Pre::Parser(
+                bindings::parser::ParserPre::new(instance_pre)
+                    .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
+            ),
+            World::RuntimeAdapter | World::Validator => Pre::Other,
+        };
+        Ok(LoadedComponent {
+            path: path.to_owned(),
+            hash,
+            world,
+            origin,
+            pre,
+        })
+    }
+
+    fn check_world(&self, component: &Component, world: World) -> Result<(), ComponentErrorKind> {
+        let ty = component.component_type();
+        let exports = contract_exports(ty.exports(&self.engine).map(|(name, _)| name));
+        if let Some(own) = exports.iter().find(|e| e.world == Some(world)) {
+            if own.version != CONTRACT_VERSION {
+                return Err(ComponentErrorKind::ContractVersion {
+                    component: own.version.clone(),
+                    host: CONTRACT_VERSION.to_owned(),
+                });
+            }
+            return Ok(());
+        }
+        Err(ComponentErrorKind::WrongWorld {
+            expected: world.name().to_owned(),
+            found: exports
+                .iter()
+                .map(|e| match e.world {
+                    Some(w) => format!("rye:plugin/{}@{} (the {w} world)", e.interface, e.version),
+                    None => format!("rye:plugin/{}@{}", e.interface, e.version),
+                })
+                .collect(),
+        })
+    }
+
+    /// A fresh store for one call of a `world` component, with that world's
+    /// limits armed.
+    pub(crate) fn store(&self, world: World) -> Store<CallState> {
+        let limits = self.config.limits(world);
+        let mut store = Store::new(&self.engine, CallState::sandboxed(limits.memory));
+        store.limiter(|state| &mut state.limiter);
+        let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        // One extra tick: the current one may be about to end.
+        store.set_epoch_deadline(ticks + 1);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// Turns a failed call into the error it really is.
+    pub(crate) fn classify(&self, store: &Store<CallState>, world: World, error: wasmtime::Error) -> ComponentErrorKind {
+        let limits = self.config.limits(world);
+        if store.data().limiter.exceeded {
+            return ComponentErrorKind::MemoryLimit { limit: limits.memory };
+        }
+        if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+            return ComponentErrorKind::Timeout(limits.deadline);
+        }
+        let message = match error.downcast_ref::<wasmtime::Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{error:#}"),
+        };
+        ComponentErrorKind::Trap {
+            message,
+            stderr: store.data().stderr_text(),
+        }
+    }
+}
+
+fn check_header(bytes: &[u8]) -> Result<(), ComponentErrorKind> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(ComponentErrorKind::NotWasm);
+    }
+    match bytes[4..8] {
+        [1, 0, 0, 0] => Err(ComponentErrorKind::CoreModule),
+        [_, _, 1, 0] => Ok(()),
+        _ => Err(ComponentErrorKind::Invalid(format!(
+            "unknown WebAssembly version/layer bytes {:02x?}",
+            &bytes[4..8]
+        ))),
+    }
+}
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.parallel_compilation(true);
+    config
+}
+
+/// An engine with the pooling allocator if asked for and the machine can
+/// reserve its address space, else with on-demand allocation.
+fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
+    if host.pooling {
+        let max_memory = World::ALL.iter().map(|w| host.limits(*w).memory).max().unwrap_or(0);
+        if max_memory <= POOL_MAX_MEMORY {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(1000);
+            pool.total_core_instances(4000);
+            pool.total_memories(2000);
+            pool.total_tables(4000);
+            pool.max_memory_size(POOL_MAX_MEMORY);
+            let mut config = base_config();
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            match Engine::new(&config) {
+                Ok(engine) => return Ok((engine, true)),
+                Err(e) => tracing::info!(error = %e, "pooling allocator unavailable; allocating on demand"),
+            }
+        }
+    }
+    Ok((Engine::new(&base_config())?, false))
+}
+
+/// Advances the engine's epoch every tick for as long as the engine lives.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("rye-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            }
+        })
+        .expect("spawning the epoch thread");
+}

@@ -1,0 +1,42 @@
+//! Rye's WebAssembly component host.
+//!
+//! One [`ComponentHost`] owns one wasmtime engine. Components are compiled
+//! once and cached on disk under a key made of the SHA-256 of their bytes
+//! and the engine's fingerprint, so a later process deserializes instead of
+//! compiling; each is pre-instantiated once and every call gets a fresh
+//! store. The sandbox grants nothing by default: no filesystem, network,
+//! environment, arguments or real clocks; stdout is discarded and stderr
+//! captured (a panic message becomes part of the error). Each call runs
+//! under a CPU deadline (epoch interruption) and a memory cap. Failures are
+//! typed [`ComponentError`]s naming the component file; the host stays
+//! usable after any of them.
+//!
+//! ```no_run
+//! use rye_components::{ComponentHost, HostConfig, ParseRequest, PluginKind, World};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = ComponentHost::new(HostConfig::default())?;
+//! let parser = host.load("python/ast.wasm".as_ref(), World::Parser)?;
+//! let outcome = host.parse(&parser, &ParseRequest {
+//!     kind: PluginKind::Tool,
+//!     item_id: "demo/count",
+//!     file_name: "count.py",
+//!     content: "__version__ = '1.0.0'\n",
+//! })?;
+//! println!("{:?}", outcome.map(|parsed| parsed.document));
+//! # Ok(()) }
+//! ```
+
+mod bindings;
+mod cache;
+mod error;
+mod host;
+mod limits;
+mod parse;
+mod sandbox;
+mod world;
+
+pub use error::{ComponentError, ComponentErrorKind};
+pub use host::{ComponentHost, HostConfig, LoadedComponent, Origin};
+pub use limits::Limits;
+pub use parse::{Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity};
+pub use world::{World, CONTRACT_PACKAGE, CONTRACT_VERSION};

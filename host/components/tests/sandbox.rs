@@ -1,0 +1,214 @@
+//! The sandbox and its limits, proven with real components built from
+//! `tests/test-programs/`: each hostile component fails with its own typed
+//! error naming its file, and the host serves the next call.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rye_components::{
+    ComponentErrorKind, ComponentHost, HostConfig, Limits, Origin, ParseRequest, PluginKind, World,
+};
+use rye_test_artifacts as artifacts;
+
+fn host(limits: Limits) -> ComponentHost {
+    ComponentHost::new(HostConfig {
+        parser_limits: limits,
+        ..HostConfig::default()
+    })
+    .unwrap()
+}
+
+fn request(content: &str) -> ParseRequest<'_> {
+    ParseRequest {
+        kind: PluginKind::Tool,
+        item_id: "demo/x",
+        file_name: "x.py",
+        content,
+    }
+}
+
+fn parse_error(host: &ComponentHost, wasm: &str) -> ComponentErrorKind {
+    let component = host.load(Path::new(wasm), World::Parser).unwrap();
+    let error = host.parse(&component, &request("x")).unwrap_err();
+    assert_eq!(error.path, Path::new(wasm));
+    error.kind
+}
+
+/// The host still parses after a component failed.
+fn assert_serves(host: &ComponentHost) {
+    let good = host.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    let parsed = host.parse(&good, &request("x")).unwrap().unwrap();
+    assert_eq!(parsed.document["__version__"], "9.9.9");
+}
+
+#[test]
+fn endless_loop_is_stopped_at_the_deadline() {
+    let deadline = Duration::from_millis(300);
+    let host = host(Limits {
+        deadline,
+        ..Limits::default()
+    });
+    let started = Instant::now();
+    let kind = parse_error(&host, artifacts::PARSER_LOOP);
+    let took = started.elapsed();
+    assert_eq!(kind, ComponentErrorKind::Timeout(deadline));
+    assert!(took >= deadline, "stopped after {took:?}, before its deadline");
+    // Epoch ticks are 100 ms; far more than that means the deadline did
+    // not stop it.
+    assert!(took < deadline + Duration::from_secs(2), "took {took:?}");
+    assert_serves(&host);
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_cap() {
+    let host = host(Limits {
+        memory: 16 * 1024 * 1024,
+        ..Limits::default()
+    });
+    let kind = parse_error(&host, artifacts::PARSER_MEMORY_BOMB);
+    assert_eq!(kind, ComponentErrorKind::MemoryLimit { limit: 16 * 1024 * 1024 });
+    assert_serves(&host);
+}
+
+#[test]
+fn a_panic_is_a_trap_carrying_its_message() {
+    let host = host(Limits::default());
+    match parse_error(&host, artifacts::PARSER_PANIC) {
+        ComponentErrorKind::Trap { stderr, .. } => {
+            assert!(stderr.contains("cannot cope with x.py"), "{stderr}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert_serves(&host);
+}
+
+#[test]
+fn files_that_are_not_components_are_refused() {
+    let host = host(Limits::default());
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[u8], fn(&ComponentErrorKind) -> bool); 4] = [
+        ("garbage.wasm", b"this is not wasm at all", |k| *k == ComponentErrorKind::NotWasm),
+        ("empty.wasm", b"", |k| *k == ComponentErrorKind::NotWasm),
+        ("module.wasm", b"\0asm\x01\0\0\0", |k| *k == ComponentErrorKind::CoreModule),
+        ("broken.wasm", b"\0asm\x0d\0\x01\0\xff\xff\xff", |k| matches!(k, ComponentErrorKind::Invalid(_))),
+    ];
+    for (name, bytes, expected) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let error = host.load(&path, World::Parser).unwrap_err();
+        assert!(expected(&error.kind), "{name}: {error}");
+        assert!(error.to_string().contains(name), "the error names the file: {error}");
+    }
+    assert_serves(&host);
+}
+
+#[test]
+fn a_component_of_another_world_is_refused() {
+    let host = host(Limits::default());
+    let error = host.load(Path::new(artifacts::VALIDATOR_NOOP), World::Parser).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(&error.kind, ComponentErrorKind::WrongWorld { found, .. } if found.iter().any(|f| f.contains("rye:plugin/validation@0.1.0"))),
+        "{message}"
+    );
+    assert!(message.contains("is not a parser component"), "{message}");
+    // The same bytes are a perfectly good validator.
+    host.load(Path::new(artifacts::VALIDATOR_NOOP), World::Validator).unwrap();
+}
+
+#[test]
+fn a_component_of_another_contract_version_is_refused() {
+    let host = host(Limits::default());
+    let error = host.load(Path::new(artifacts::PARSER_FUTURE), World::Parser).unwrap_err();
+    assert_eq!(
+        error.kind,
+        ComponentErrorKind::ContractVersion {
+            component: "0.2.0".into(),
+            host: "0.1.0".into()
+        }
+    );
+    let message = error.to_string();
+    assert!(message.contains("rye:plugin@0.2.0") && message.contains("rye:plugin@0.1.0"), "{message}");
+}
+
+#[test]
+fn output_that_breaks_the_contract_is_refused() {
+    let host = host(Limits::default());
+    let kind = parse_error(&host, artifacts::PARSER_BAD_OUTPUT);
+    assert!(matches!(&kind, ComponentErrorKind::BadOutput(m) if m.contains("an array")), "{kind:?}");
+}
+
+#[test]
+fn the_sandbox_grants_nothing() {
+    let host = host(Limits::default());
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "do not read").unwrap();
+    let snoop = host.load(Path::new(artifacts::PARSER_SNOOP), World::Parser).unwrap();
+    let content = secret.display().to_string();
+    let report = host.parse(&snoop, &request(&content)).unwrap().unwrap().document;
+    for key in ["read", "read_root", "read_relative", "connect"] {
+        let outcome = report[key].as_str().unwrap();
+        assert!(outcome.starts_with("error:"), "{key}: {outcome}");
+    }
+    assert!(!report.values().any(|v| v.as_str().is_some_and(|s| s.contains("do not read"))));
+    assert_eq!(report["env_count"], 0);
+    assert_eq!(report["args_count"], 0);
+    assert_eq!(report["unix_time"], 0, "clocks stand still");
+}
+
+#[test]
+fn compiled_once_then_deserialized_from_the_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let config = HostConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        ..HostConfig::default()
+    };
+    let first = ComponentHost::new(config.clone()).unwrap();
+    let loaded = first.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    assert_eq!(loaded.origin, Origin::Compiled);
+    let artifacts_on_disk = std::fs::read_dir(cache.path()).unwrap().filter(|e| {
+        e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm")
+    });
+    assert_eq!(artifacts_on_disk.count(), 1);
+
+    let second = ComponentHost::new(config).unwrap();
+    let again = second.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    assert_eq!(again.origin, Origin::Cache);
+    assert_eq!(again.hash, loaded.hash);
+    assert_serves(&second);
+}
+
+#[test]
+fn a_changed_file_is_loaded_anew() {
+    let host = host(Limits::default());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("parser.wasm");
+    std::fs::copy(artifacts::PARSER_OVERRIDE, &path).unwrap();
+    let before = host.load(&path, World::Parser).unwrap();
+    std::fs::copy(artifacts::PARSER_PANIC, &path).unwrap();
+    let after = host.load(&path, World::Parser).unwrap();
+    assert_ne!(before.hash, after.hash);
+    assert!(host.parse(&after, &request("x")).is_err());
+}
+
+#[test]
+fn calls_run_in_parallel() {
+    let host = host(Limits::default());
+    let parser = host.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let parsed = host.parse(&parser, &request("x")).unwrap().unwrap();
+                        assert_eq!(parsed.document["__version__"], "9.9.9");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}

@@ -1,0 +1,57 @@
+use std::path::PathBuf;
+
+use rye_components::HostConfig;
+
+use crate::HostError;
+
+/// Where the host finds its spaces and keeps its caches.
+#[derive(Debug, Clone)]
+pub struct RyeConfig {
+    /// Compiled components and the materialized system space live here.
+    pub cache_dir: PathBuf,
+    /// The base of the user space (the folder holding `.ai/`).
+    pub user_base: Option<PathBuf>,
+    /// The base of the system space; `None` uses the bundle embedded in the
+    /// binary, written under `cache_dir` on first use.
+    pub system_base: Option<PathBuf>,
+    pub components: HostConfig,
+}
+
+impl RyeConfig {
+    /// Reads the environment:
+    ///
+    /// | variable           | meaning                                   | default                      |
+    /// |--------------------|-------------------------------------------|------------------------------|
+    /// | `RYE_CACHE_DIR`    | cache directory                           | `$XDG_CACHE_HOME/rye`, `~/.cache/rye` |
+    /// | `USER_SPACE`       | user space base (holds `.ai/`)            | the home directory           |
+    /// | `RYE_SYSTEM_SPACE` | system space base (holds `.ai/`)          | the embedded bundle          |
+    /// | `RYE_POOLING`      | `0` turns the pooling allocator off       | on where the machine allows  |
+    pub fn from_env() -> Result<Self, HostError> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let home = var("HOME");
+        let cache_dir = var("RYE_CACHE_DIR")
+            .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("rye")))
+            .or_else(|| home.as_ref().map(|h| h.join(".cache/rye")))
+            .ok_or_else(|| HostError::Invalid("no cache directory: set RYE_CACHE_DIR or HOME".into()))?;
+        let user_base = var("USER_SPACE").map(expand_home(home.as_ref())).or(home.clone());
+        let system_base = var("RYE_SYSTEM_SPACE").map(expand_home(home.as_ref()));
+        let components = HostConfig {
+            cache_dir: Some(cache_dir.join("components")),
+            pooling: std::env::var("RYE_POOLING").map_or(true, |v| v != "0"),
+            ..HostConfig::default()
+        };
+        Ok(Self {
+            cache_dir,
+            user_base,
+            system_base,
+            components,
+        })
+    }
+}
+
+fn expand_home(home: Option<&PathBuf>) -> impl Fn(PathBuf) -> PathBuf + '_ {
+    move |path| match (path.strip_prefix("~"), home) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path,
+    }
+}

@@ -1,0 +1,59 @@
+use std::path::PathBuf;
+
+use rye_components::ComponentError;
+use rye_space::{ItemKind, SpaceError};
+
+/// Errors of the host's operations. Each names the file, id or component
+/// it is about, and the rule that was broken.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Space(#[from] SpaceError),
+
+    #[error(transparent)]
+    Component(#[from] ComponentError),
+
+    #[error("{}: the {kind} extractor ({}) maps no parser to {extension:?} files", path.display(), extractor.display())]
+    NoParserMapped {
+        path: PathBuf,
+        kind: ItemKind,
+        extension: String,
+        extractor: PathBuf,
+    },
+
+    #[error("{}: its parser {name:?} was not found (looked for {})", path.display(), display_paths(searched))]
+    ParserNotFound {
+        path: PathBuf,
+        name: String,
+        searched: Vec<PathBuf>,
+    },
+
+    #[error("{}: not UTF-8 text", path.display())]
+    NotText { path: PathBuf },
+
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{}: already exists; pass force to overwrite it", path.display())]
+    Exists { path: PathBuf },
+
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl HostError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        HostError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}

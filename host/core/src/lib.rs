@@ -1,0 +1,34 @@
+//! The Rye host: finds items through the project, user and system spaces,
+//! reads them with sandboxed parser components (themselves found through
+//! the spaces), and answers searches and loads.
+//!
+//! ```no_run
+//! use rye_host::{Rye, RyeConfig, SearchRequest};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rye = Rye::new(RyeConfig::from_env()?)?;
+//! let found = rye.search(&SearchRequest::new("tool", "python").project("/work/project"))?;
+//! for hit in &found.results {
+//!     println!("{} {} ({})", hit.kind, hit.id, hit.source);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod cache;
+mod config;
+mod error;
+mod load;
+mod metadata;
+mod parse;
+mod search;
+
+pub use config::RyeConfig;
+pub use error::HostError;
+pub use load::{LoadRequest, Loaded};
+pub use metadata::normalize;
+pub use parse::{ParsedItem, Rye};
+pub use rye_components::{
+    ComponentError, ComponentErrorKind, Diagnostic, HostConfig, Limits, ParseFailure, ParsedDocument, Position,
+    Severity,
+};
+pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
+pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};

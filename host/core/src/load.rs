@@ -1,0 +1,167 @@
+//! Loading an item, and copying it between spaces.
+
+use std::path::PathBuf;
+
+use rye_components::Diagnostic;
+use rye_space::{Extractors, ItemKind, Space, SpaceError};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::parse::ParserLookup;
+use crate::search::ShadowRef;
+use crate::{HostError, Rye, normalize};
+
+/// A load, optionally copying the item into another space.
+#[derive(Debug, Clone)]
+pub struct LoadRequest {
+    pub kind: ItemKind,
+    pub id: String,
+    /// Resolve only in this space.
+    pub source: Option<Space>,
+    /// Copy the file into this space (project or user) unless it already
+    /// resolves there.
+    pub destination: Option<Space>,
+    /// Overwrite an existing file at the destination.
+    pub force: bool,
+    pub project: Option<PathBuf>,
+}
+
+impl LoadRequest {
+    pub fn new(kind: ItemKind, id: impl Into<String>) -> Self {
+        Self {
+            kind,
+            id: id.into(),
+            source: None,
+            destination: None,
+            force: false,
+            project: None,
+        }
+    }
+}
+
+/// A loaded item.
+#[derive(Debug, Clone, Serialize)]
+pub struct Loaded {
+    pub status: &'static str,
+    pub item_type: ItemKind,
+    pub item_id: String,
+    /// The file's text, exactly.
+    pub content: String,
+    /// The item's metadata (see [`normalize`]) plus `path` and `extension`.
+    pub metadata: Map<String, Value>,
+    pub path: PathBuf,
+    pub source: Space,
+    /// Files of the same id this one hides in lower spaces.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<ShadowRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copied_to: Option<Space>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination_path: Option<PathBuf>,
+    /// The parser's findings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
+    /// Why the file could not be parsed, if it could not. The content is
+    /// returned all the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parse_error: Option<String>,
+}
+
+impl Rye {
+    /// Resolves an item, reads it with its parser, and copies it to
+    /// `destination` if asked. Refuses to overwrite an existing file unless
+    /// `force`, and refuses a copy that would give the destination space
+    /// two files of one id.
+    pub fn load(&self, request: &LoadRequest) -> Result<Loaded, HostError> {
+        let spaces = self.spaces(request.project.as_deref());
+        let extractors = Extractors::load(&spaces)?;
+        let extractor = extractors.require(request.kind)?;
+        let resolved = spaces.resolve(request.kind, &request.id, &extractor.extensions, request.source)?;
+        let path = resolved.location.path.clone();
+        let extension = path.extension().and_then(|e| e.to_str()).map(|e| format!(".{e}")).unwrap_or_default();
+
+        let mut parsers = ParserLookup::default();
+        let item = (request.kind, request.id.as_str(), resolved.location.space, path.as_path());
+        let (content, document, diagnostics, parse_error) =
+            match self.parse_file(&spaces, &extractors, &mut parsers, item) {
+                Ok(parsed) => match parsed.outcome.as_ref() {
+                    Ok(doc) => (parsed.content.clone(), doc.document.clone(), doc.diagnostics.clone(), None),
+                    Err(failure) => (parsed.content.clone(), Map::new(), Vec::new(), Some(failure.to_string())),
+                },
+                Err(HostError::Io { path, source }) => return Err(HostError::Io { path, source }),
+                Err(e) => {
+                    let bytes = std::fs::read(&path).map_err(|e| HostError::io(&path, e))?;
+                    (String::from_utf8_lossy(&bytes).into_owned(), Map::new(), Vec::new(), Some(e.to_string()))
+                }
+            };
+
+        let mut metadata = normalize(request.kind, &request.id, &document);
+        metadata.insert("path".into(), Value::from(path.display().to_string()));
+        metadata.insert("extension".into(), Value::from(extension.clone()));
+
+        let mut loaded = Loaded {
+            status: "success",
+            item_type: request.kind,
+            item_id: request.id.clone(),
+            content,
+            metadata,
+            path: path.clone(),
+            source: resolved.location.space,
+            shadows: resolved
+                .shadowed
+                .iter()
+                .map(|l| ShadowRef {
+                    source: l.space,
+                    path: l.path.clone(),
+                })
+                .collect(),
+            copied_to: None,
+            destination_path: None,
+            diagnostics,
+            parse_error,
+        };
+
+        if let Some(destination) = request.destination
+            && destination != resolved.location.space
+        {
+            let root = match destination {
+                Space::System => {
+                    return Err(HostError::Invalid(
+                        "the system space is read-only; copy to the project or user space".into(),
+                    ));
+                }
+                space => spaces.root(space).ok_or_else(|| {
+                    HostError::Invalid(format!("there is no {space} space to copy to (no {space} folder was given)"))
+                })?,
+            };
+            let target = root.kind_dir(request.kind).join(format!("{}{extension}", request.id));
+            match spaces.resolve(request.kind, &request.id, &extractor.extensions, Some(destination)) {
+                Ok(existing) if existing.location.path != target => {
+                    return Err(HostError::Invalid(format!(
+                        "{}: copying would give the {destination} space a second file for {} {:?}; remove it first",
+                        existing.location.path.display(),
+                        request.kind,
+                        request.id
+                    )));
+                }
+                Ok(_) | Err(SpaceError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if target.exists() && !request.force {
+                return Err(HostError::Exists { path: target });
+            }
+            if let Some(dir) = target.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| HostError::io(dir, e))?;
+            }
+            std::fs::copy(&path, &target).map_err(|e| HostError::io(&target, e))?;
+            // A copy of a read-only system file stays writable where it lands.
+            let mut permissions = std::fs::metadata(&target).map_err(|e| HostError::io(&target, e))?.permissions();
+            #[expect(clippy::permissions_set_readonly_false, reason = "the copy belongs to the user")]
+            permissions.set_readonly(false);
+            std::fs::set_permissions(&target, permissions).map_err(|e| HostError::io(&target, e))?;
+            loaded.copied_to = Some(destination);
+            loaded.destination_path = Some(target);
+        }
+        Ok(loaded)
+    }
+}

@@ -1,0 +1,219 @@
+//! Reading item files through parser components.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rye_components::{ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World};
+use rye_space::{Extractors, ItemKind, Space, Spaces};
+use sha2::{Digest, Sha256};
+
+use crate::cache::Generational;
+use crate::search::Index;
+use crate::{HostError, RyeConfig};
+
+/// Parse results kept in memory, by parser and content.
+const PARSE_CACHE_ENTRIES: usize = 50_000;
+
+pub(crate) type Outcome = Arc<Result<ParsedDocument, ParseFailure>>;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ParseKey {
+    parser: [u8; 32],
+    content: [u8; 32],
+    kind: ItemKind,
+    id: String,
+    file_name: String,
+}
+
+/// The host. Share one per process (it is `Send + Sync`); it keeps the
+/// compiled components and every cache.
+pub struct Rye {
+    pub(crate) components: ComponentHost,
+    system_base: PathBuf,
+    user_base: Option<PathBuf>,
+    parses: Mutex<Generational<ParseKey, Outcome>>,
+    pub(crate) index: Mutex<Index>,
+}
+
+/// One item file read by its parser.
+#[derive(Debug, Clone)]
+pub struct ParsedItem {
+    pub kind: ItemKind,
+    pub id: String,
+    pub space: Space,
+    pub path: PathBuf,
+    /// The file's text.
+    pub content: String,
+    /// SHA-256 of the file's bytes.
+    pub content_hash: [u8; 32],
+    /// The parser's name and the component file that answered.
+    pub parser: String,
+    pub parser_path: PathBuf,
+    /// The parser's document, or its verdict that the file is invalid.
+    pub outcome: Outcome,
+}
+
+impl Rye {
+    pub fn new(config: RyeConfig) -> Result<Self, HostError> {
+        let system_base = match config.system_base {
+            Some(base) => base,
+            None => rye_system::materialize(&config.cache_dir).map_err(|e| HostError::io(&config.cache_dir, e))?,
+        };
+        let components = ComponentHost::new(config.components)
+            .map_err(|e| HostError::Invalid(format!("cannot start the WebAssembly engine: {e:#}")))?;
+        Ok(Self {
+            components,
+            system_base,
+            user_base: config.user_base,
+            parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
+            index: Mutex::default(),
+        })
+    }
+
+    /// The base of the system space in use.
+    pub fn system_base(&self) -> &Path {
+        &self.system_base
+    }
+
+    /// The component host, for callers that load components directly.
+    pub fn components(&self) -> &ComponentHost {
+        &self.components
+    }
+
+    /// The spaces for a request about `project` (a folder holding `.ai/`).
+    ///
+    /// A project whose `.ai/` is the system space's own (or the folder the
+    /// embedded system space was built from, i.e. the Rye repository) has
+    /// no separate project space: its items are the system items.
+    pub fn spaces(&self, project: Option<&Path>) -> Spaces {
+        let project = project.filter(|p| {
+            let ai = p.join(".ai").canonicalize();
+            let is_system = |dir: &Path| dir.canonicalize().ok() == ai.as_ref().ok().cloned();
+            !(is_system(&self.system_base.join(".ai")) || is_system(rye_system::source_dir()))
+        });
+        Spaces::new(project, self.user_base.as_deref(), &self.system_base)
+    }
+
+    /// The parser component `name`, from the first space that has
+    /// `.ai/parsers/<name>.wasm`.
+    pub fn parser_component(&self, spaces: &Spaces, name: &str) -> Result<Result<Arc<LoadedComponent>, Vec<PathBuf>>, HostError> {
+        rye_space::validate_plugin_name(name)?;
+        let mut searched = Vec::new();
+        for root in spaces.roots() {
+            let path = root.ai_dir.join("parsers").join(format!("{name}.wasm"));
+            if path.is_file() {
+                return Ok(Ok(self.components.load(&path, World::Parser)?));
+            }
+            searched.push(path);
+        }
+        Ok(Err(searched))
+    }
+
+    /// Reads `path` (an item of `kind` with id `id`) with the parser its
+    /// extractor names. `parsers` memoizes parser lookups across the calls
+    /// of one request.
+    pub(crate) fn parse_file(
+        &self,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        parsers: &mut ParserLookup,
+        item: (ItemKind, &str, Space, &Path),
+    ) -> Result<ParsedItem, HostError> {
+        let (kind, id, space, path) = item;
+        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+        let content_hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let content = String::from_utf8(bytes).map_err(|_| HostError::NotText { path: path.to_owned() })?;
+        let (name, parser) = parsers.for_file(self, spaces, extractors, kind, path)?;
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+
+        let key = ParseKey {
+            parser: parser.hash,
+            content: content_hash,
+            kind,
+            id: id.to_owned(),
+            file_name,
+        };
+        let cached = self.parses.lock().expect("parse cache lock").get(&key);
+        let outcome = match cached {
+            Some(outcome) => outcome,
+            None => {
+                let request = ParseRequest {
+                    kind: plugin_kind(kind),
+                    item_id: id,
+                    file_name: &key.file_name,
+                    content: &content,
+                };
+                let outcome: Outcome = Arc::new(self.components.parse(&parser, &request)?);
+                self.parses.lock().expect("parse cache lock").insert(key, outcome.clone());
+                outcome
+            }
+        };
+        Ok(ParsedItem {
+            kind,
+            id: id.to_owned(),
+            space,
+            path: path.to_owned(),
+            content,
+            content_hash,
+            parser: name,
+            parser_path: parser.path.clone(),
+            outcome,
+        })
+    }
+}
+
+/// Parser components resolved during one request, by name.
+#[derive(Default)]
+pub(crate) struct ParserLookup {
+    found: HashMap<String, Result<Arc<LoadedComponent>, Vec<PathBuf>>>,
+}
+
+impl ParserLookup {
+    pub(crate) fn for_file(
+        &mut self,
+        rye: &Rye,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        kind: ItemKind,
+        path: &Path,
+    ) -> Result<(String, Arc<LoadedComponent>), HostError> {
+        let extractor = extractors.require(kind)?;
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| format!(".{e}"))
+            .unwrap_or_default();
+        let name = extractor.parser_for(&extension).ok_or_else(|| HostError::NoParserMapped {
+            path: path.to_owned(),
+            kind,
+            extension: extension.clone(),
+            extractor: extractor.source.clone(),
+        })?;
+        let found = match self.found.get(name) {
+            Some(found) => found.clone(),
+            None => {
+                let found = rye.parser_component(spaces, name)?;
+                self.found.insert(name.to_owned(), found.clone());
+                found
+            }
+        };
+        match found {
+            Ok(component) => Ok((name.to_owned(), component)),
+            Err(searched) => Err(HostError::ParserNotFound {
+                path: path.to_owned(),
+                name: name.to_owned(),
+                searched,
+            }),
+        }
+    }
+}
+
+fn plugin_kind(kind: ItemKind) -> PluginKind {
+    match kind {
+        ItemKind::Directive => PluginKind::Directive,
+        ItemKind::Tool => PluginKind::Tool,
+        ItemKind::Knowledge => PluginKind::Knowledge,
+        ItemKind::Config => PluginKind::Config,
+    }
+}

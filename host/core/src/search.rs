@@ -1,0 +1,414 @@
+//! Search across the spaces.
+//!
+//! Every item file of the requested kinds is read once through its parser
+//! and kept in an index entry that stays valid while the file's stamp and
+//! its parser component are unchanged, so a repeated search costs a walk
+//! of the folders, a `stat` per file and the scoring.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rye_space::query::Query;
+use rye_space::{Extractors, FileStamp, ItemKind, Listed, Space, Spaces};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::parse::ParserLookup;
+use crate::{HostError, Rye, normalize};
+
+/// Characters of an item's text shown (and matched) as its preview.
+const PREVIEW_CHARS: usize = 200;
+
+/// Which spaces a search covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceFilter {
+    /// All three spaces.
+    All,
+    /// All three spaces (the original's name for "not the registry").
+    Local,
+    Project,
+    User,
+    System,
+}
+
+impl SourceFilter {
+    pub fn parse(s: &str) -> Result<Self, HostError> {
+        Ok(match s {
+            "all" => Self::All,
+            "local" => Self::Local,
+            "project" => Self::Project,
+            "user" => Self::User,
+            "system" => Self::System,
+            "registry" => {
+                return Err(HostError::Invalid(
+                    "source \"registry\" is not available: this host has no registry provider".into(),
+                ));
+            }
+            other => {
+                return Err(HostError::Invalid(format!(
+                    "unknown source {other:?}: expected all, local, project, user or system"
+                )));
+            }
+        })
+    }
+
+    fn includes(self, space: Space) -> bool {
+        match self {
+            Self::All | Self::Local => true,
+            Self::Project => space == Space::Project,
+            Self::User => space == Space::User,
+            Self::System => space == Space::System,
+        }
+    }
+}
+
+/// A search.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// An item kind (`directive`, `tool`, `knowledge`) or `all`, optionally
+    /// narrowed to a namespace: `tool.rye.core.*` searches tools whose id
+    /// is under `rye/core/`. The capability form `rye.search.tool.rye.core.*`
+    /// is accepted too.
+    pub scope: String,
+    /// The query (see [`rye_space::query`]); empty matches everything.
+    pub query: String,
+    pub source: SourceFilter,
+    pub limit: usize,
+    pub offset: usize,
+    /// The project folder (holding `.ai/`), if any.
+    pub project: Option<PathBuf>,
+}
+
+impl SearchRequest {
+    pub fn new(scope: impl Into<String>, query: impl Into<String>) -> Self {
+        Self {
+            scope: scope.into(),
+            query: query.into(),
+            source: SourceFilter::All,
+            limit: 10,
+            offset: 0,
+            project: None,
+        }
+    }
+
+    pub fn project(mut self, project: impl Into<PathBuf>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShadowRef {
+    pub source: Space,
+    pub path: PathBuf,
+}
+
+/// One result.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchHit {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: ItemKind,
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub preview: String,
+    pub source: Space,
+    pub path: PathBuf,
+    pub score: f64,
+    pub metadata: Map<String, Value>,
+    /// The space whose item of the same id wins over this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadowed_by: Option<Space>,
+    /// Items of the same id this one hides.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<ShadowRef>,
+    /// Why the item could not be read, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResponse {
+    pub results: Vec<SearchHit>,
+    /// Matches before `offset` and `limit` were applied.
+    pub total: usize,
+    pub query: String,
+    pub scope: String,
+    pub source: SourceFilter,
+    pub limit: usize,
+    pub offset: usize,
+    pub search_type: &'static str,
+}
+
+/// What search knows about one item file.
+#[derive(Debug)]
+pub(crate) struct SearchDoc {
+    name: String,
+    title: String,
+    description: String,
+    preview: String,
+    metadata: Map<String, Value>,
+    error: Option<String>,
+    /// Lowercase text per searchable field.
+    fields: HashMap<&'static str, String>,
+}
+
+impl SearchDoc {
+    fn new(kind: ItemKind, id: &str, document: Result<(&Map<String, Value>, &str), String>) -> Self {
+        let (metadata, preview, error) = match document {
+            Ok((document, content)) => {
+                let metadata = normalize(kind, id, document);
+                let text = match (kind, document.get("body")) {
+                    (ItemKind::Tool, _) | (_, None) => content,
+                    (_, Some(body)) => body.as_str().unwrap_or_default(),
+                };
+                (metadata, text.chars().take(PREVIEW_CHARS).collect(), None)
+            }
+            Err(error) => (normalize(kind, id, &Map::new()), String::new(), Some(error)),
+        };
+        let text = |key: &str| metadata.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let name = text("name");
+        let title = metadata.get("title").and_then(Value::as_str).map_or_else(|| name.clone(), str::to_owned);
+        let description = text("description");
+        let tags = match metadata.get("tags") {
+            Some(Value::Array(tags)) => tags.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+            Some(Value::String(tag)) => tag.clone(),
+            _ => String::new(),
+        };
+        let fields = HashMap::from([
+            ("name", name.to_lowercase()),
+            ("title", title.to_lowercase()),
+            ("id", id.to_lowercase()),
+            ("description", description.to_lowercase()),
+            ("tags", tags.to_lowercase()),
+            ("category", text("category").to_lowercase()),
+            ("preview", preview.to_lowercase()),
+        ]);
+        Self {
+            name,
+            title,
+            description,
+            preview,
+            metadata,
+            error,
+            fields,
+        }
+    }
+}
+
+struct IndexEntry {
+    stamp: FileStamp,
+    parser: [u8; 32],
+    kind: ItemKind,
+    id: String,
+    doc: Arc<SearchDoc>,
+}
+
+/// Search documents by file path.
+#[derive(Default)]
+pub(crate) struct Index {
+    entries: HashMap<PathBuf, IndexEntry>,
+}
+
+/// Parses a scope into kinds and an optional id namespace.
+fn parse_scope(scope: &str) -> Result<(Vec<ItemKind>, Option<String>), HostError> {
+    let invalid = |why: &str| {
+        HostError::Invalid(format!(
+            "scope {scope:?} {why}; use directive, tool, knowledge or all, optionally with a namespace \
+             such as tool.rye.core.*"
+        ))
+    };
+    let scope = scope.trim();
+    let rest = ["rye.search.", "rye.fetch.", "rye.*."]
+        .iter()
+        .find_map(|p| scope.strip_prefix(p))
+        .unwrap_or(scope);
+    if rest.is_empty() {
+        return Err(invalid("is empty"));
+    }
+    let (kind, namespace) = rest.split_once('.').unwrap_or((rest, ""));
+    let kinds = match kind {
+        "all" | "*" => ItemKind::PRIMARY.to_vec(),
+        kind => {
+            let kind: ItemKind = kind.parse().map_err(|_| invalid("does not start with an item kind"))?;
+            if kind == ItemKind::Config {
+                return Err(invalid("names config, which is not searchable"));
+            }
+            vec![kind]
+        }
+    };
+    let namespace = namespace.trim_end_matches('*').trim_end_matches('.').replace('.', "/");
+    Ok((kinds, (!namespace.is_empty()).then_some(namespace)))
+}
+
+fn in_namespace(id: &str, namespace: Option<&str>) -> bool {
+    namespace.is_none_or(|ns| id == ns || id.strip_prefix(ns).is_some_and(|rest| rest.starts_with('/')))
+}
+
+impl Rye {
+    /// Searches items; see [`SearchRequest`] and [`rye_space::query`].
+    /// Results are ordered by score, then space (project first), kind and
+    /// id, so equal queries give equal answers.
+    pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, HostError> {
+        let (kinds, namespace) = parse_scope(&request.scope)?;
+        let query = Query::parse(&request.query).map_err(|e| HostError::Invalid(e.to_string()))?;
+        let spaces = self.spaces(request.project.as_deref());
+        let extractors = Extractors::load(&spaces)?;
+        let mut parsers = ParserLookup::default();
+
+        let mut hits = Vec::new();
+        let mut present: HashMap<(ItemKind, String), Vec<ShadowRef>> = HashMap::new();
+        for kind in kinds {
+            let extractor = extractors.require(kind)?;
+            for root in spaces.roots().iter().filter(|r| request.source.includes(r.space)) {
+                for listed in spaces.list(kind, root.space, &extractor.extensions)? {
+                    if !in_namespace(&listed.id, namespace.as_deref()) {
+                        continue;
+                    }
+                    present.entry((kind, listed.id.clone())).or_default().push(ShadowRef {
+                        source: listed.space,
+                        path: listed.path.clone(),
+                    });
+                    let doc = self.search_doc(&spaces, &extractors, &mut parsers, &listed);
+                    let fields: Vec<(f64, &str)> = extractor
+                        .search_fields
+                        .iter()
+                        .map(|(field, weight)| (*weight, doc.fields.get(field.as_str()).map_or("", String::as_str)))
+                        .collect();
+                    if let Some(score) = query.score(&fields) {
+                        hits.push(hit(listed, &doc, score));
+                    }
+                }
+            }
+        }
+
+        for hit in &mut hits {
+            let same = &present[&(hit.kind, hit.id.clone())];
+            if same[0].source == hit.source {
+                hit.shadows = same[1..].to_vec();
+            } else {
+                hit.shadowed_by = Some(same[0].source);
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.source.cmp(&b.source))
+                .then(a.kind.cmp(&b.kind))
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let total = hits.len();
+        let results = hits.into_iter().skip(request.offset).take(request.limit).collect();
+        Ok(SearchResponse {
+            results,
+            total,
+            query: request.query.clone(),
+            scope: request.scope.clone(),
+            source: request.source,
+            limit: request.limit,
+            offset: request.offset,
+            search_type: "keyword",
+        })
+    }
+
+    fn search_doc(
+        &self,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        parsers: &mut ParserLookup,
+        listed: &Listed,
+    ) -> Arc<SearchDoc> {
+        let stamp = FileStamp::read(&listed.path).ok();
+        let parser = parsers
+            .for_file(self, spaces, extractors, listed.kind, &listed.path)
+            .map_or([0; 32], |(_, component)| component.hash);
+        if let Some(stamp) = stamp
+            && let Some(entry) = self.index.lock().expect("index lock").entries.get(&listed.path)
+            && entry.stamp == stamp
+            && entry.parser == parser
+            && entry.kind == listed.kind
+            && entry.id == listed.id
+            && listed.conflicts.is_empty()
+        {
+            return entry.doc.clone();
+        }
+
+        let item = (listed.kind, listed.id.as_str(), listed.space, listed.path.as_path());
+        let mut doc = match self.parse_file(spaces, extractors, parsers, item) {
+            Ok(parsed) => match parsed.outcome.as_ref() {
+                Ok(document) => SearchDoc::new(listed.kind, &listed.id, Ok((&document.document, &parsed.content))),
+                Err(failure) => SearchDoc::new(listed.kind, &listed.id, Err(failure.to_string())),
+            },
+            Err(e) => SearchDoc::new(listed.kind, &listed.id, Err(e.to_string())),
+        };
+        if !listed.conflicts.is_empty() {
+            let mut paths = vec![listed.path.display().to_string()];
+            paths.extend(listed.conflicts.iter().map(|p| p.display().to_string()));
+            doc.error = Some(format!(
+                "{} {:?} is defined by more than one file in the {} space: {}; keep one",
+                listed.kind,
+                listed.id,
+                listed.space,
+                paths.join(", ")
+            ));
+        }
+        let doc = Arc::new(doc);
+        if let Some(stamp) = stamp {
+            self.index.lock().expect("index lock").entries.insert(
+                listed.path.clone(),
+                IndexEntry {
+                    stamp,
+                    parser,
+                    kind: listed.kind,
+                    id: listed.id.clone(),
+                    doc: doc.clone(),
+                },
+            );
+        }
+        doc
+    }
+}
+
+fn hit(listed: Listed, doc: &SearchDoc, score: f64) -> SearchHit {
+    SearchHit {
+        id: listed.id,
+        kind: listed.kind,
+        name: doc.name.clone(),
+        title: doc.title.clone(),
+        description: doc.description.clone(),
+        preview: doc.preview.clone(),
+        source: listed.space,
+        path: listed.path,
+        score,
+        metadata: doc.metadata.clone(),
+        shadowed_by: None,
+        shadows: Vec::new(),
+        error: doc.error.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes() {
+        assert_eq!(parse_scope("tool").unwrap(), (vec![ItemKind::Tool], None));
+        assert_eq!(parse_scope("tool.rye.core.*").unwrap(), (vec![ItemKind::Tool], Some("rye/core".into())));
+        assert_eq!(parse_scope("rye.search.directive.*").unwrap(), (vec![ItemKind::Directive], None));
+        assert_eq!(parse_scope("all").unwrap().0.len(), 3);
+        for bad in ["", "rye.search.", "config", "widget.x"] {
+            assert!(parse_scope(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn namespaces_match_whole_segments() {
+        assert!(in_namespace("rye/core/x", Some("rye/core")));
+        assert!(!in_namespace("rye/core_x/y", Some("rye/core")));
+        assert!(in_namespace("anything", None));
+    }
+}

@@ -1,0 +1,34 @@
+//! Rye's item model, with no WebAssembly in sight: the three spaces, item
+//! ids, resolution with shadowing, the extractor data that says which files
+//! are items and which parser reads them, and the search query language.
+//!
+//! ```no_run
+//! use rye_space::{ItemKind, Spaces};
+//! # fn main() -> Result<(), rye_space::SpaceError> {
+//! let spaces = Spaces::new(Some("/work/project".as_ref()), Some("/home/me".as_ref()), "/opt/rye".as_ref());
+//! let resolved = spaces.resolve(ItemKind::Tool, "rye/bash/bash", &[".py".into(), ".yaml".into()], None)?;
+//! println!("{} from {}", resolved.location.path.display(), resolved.location.space);
+//! for hidden in &resolved.shadowed {
+//!     println!("  shadows {}", hidden.path.display());
+//! }
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod extractor;
+mod id;
+mod kind;
+pub mod query;
+mod resolve;
+mod space;
+mod stamp;
+mod yaml;
+
+pub use error::SpaceError;
+pub use extractor::{Extractor, Extractors, EXTRACTORS_DIR};
+pub use id::{validate_id, validate_plugin_name};
+pub use kind::ItemKind;
+pub use resolve::{Listed, Location, Resolved};
+pub use space::{Space, SpaceRoot, Spaces};
+pub use stamp::FileStamp;
+pub use yaml::parse_yaml;

@@ -1,0 +1,127 @@
+//! The system space Rye ships with: every file of the repository's `.ai/`
+//! plus the parser components built from `runtimes/`, embedded at build
+//! time.
+//!
+//! Items and components are used as files (parsers are compiled from a
+//! path; tools run from one), so [`materialize`] writes the bundle once per
+//! distinct content under a cache directory and returns its base:
+//!
+//! ```no_run
+//! let base = rye_system::materialize("/home/me/.cache/rye".as_ref())?;
+//! assert!(base.join(".ai/parsers/python/ast.wasm").is_file());
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+mod bundle {
+    include!(concat!(env!("OUT_DIR"), "/bundle.rs"));
+}
+
+/// The embedded files: paths relative to `.ai/`, and contents.
+pub fn files() -> &'static [(&'static str, &'static [u8])] {
+    bundle::FILES
+}
+
+/// SHA-256 over every embedded path and content.
+pub fn hash() -> &'static str {
+    bundle::HASH
+}
+
+/// The `.ai/` folder the bundle was built from. A project whose `.ai/` is
+/// this folder (the Rye repository itself) is the system space's source,
+/// not a project of its own.
+pub fn source_dir() -> &'static Path {
+    Path::new(bundle::SOURCE_DIR)
+}
+
+/// Writes the bundle under `<cache_root>/system/<hash prefix>/.ai/` unless
+/// an earlier run already did, and returns the base directory (the one
+/// holding `.ai/`). Safe against concurrent processes: the tree is built
+/// under a temporary name and renamed into place whole.
+pub fn materialize(cache_root: &Path) -> io::Result<PathBuf> {
+    let parent = cache_root.join("system");
+    let target = parent.join(&hash()[..16]);
+    let marker = target.join(".complete");
+    if marker.is_file() {
+        return Ok(target);
+    }
+    std::fs::create_dir_all(&parent)?;
+    let tmp = parent.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let written = write_tree(&tmp).and_then(|()| std::fs::write(tmp.join(".complete"), hash()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if target.exists() && !marker.is_file() {
+        // A tree left incomplete by hand; replace it.
+        let _ = std::fs::remove_dir_all(&target);
+    }
+    match std::fs::rename(&tmp, &target) {
+        Ok(()) => Ok(target),
+        Err(_) if marker.is_file() => {
+            // Another process finished first; its tree is identical.
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(target)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn write_tree(base: &Path) -> io::Result<()> {
+    let ai = base.join(".ai");
+    for (relative, bytes) in files() {
+        let path = ai.join(relative);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, bytes)?;
+        let mut permissions = std::fs::metadata(&path)?.permissions();
+        permissions.set_readonly(true);
+        std::fs::set_permissions(&path, permissions)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_holds_items_and_parsers() {
+        let names: Vec<_> = files().iter().map(|(p, _)| *p).collect();
+        for expected in [
+            "tools/rye/core/extractors/tool/tool_extractor.yaml",
+            "parsers/python/ast.wasm",
+            "parsers/markdown/xml.wasm",
+        ] {
+            assert!(names.contains(&expected), "{expected} missing from {names:?}");
+        }
+    }
+
+    #[test]
+    fn materialize_is_idempotent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = materialize(tmp.path()).unwrap();
+        let second = materialize(tmp.path()).unwrap();
+        assert_eq!(first, second);
+        let wasm = std::fs::read(first.join(".ai/parsers/yaml/yaml.wasm")).unwrap();
+        assert_eq!(&wasm[..4], b"\0asm");
+        let leftovers: Vec<_> = std::fs::read_dir(tmp.path().join("system"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+}
