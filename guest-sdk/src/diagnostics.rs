@@ -62,5 +62,4 @@ macro_rules! impl_type_helpers {
     };
 }
 
-#[cfg(any(feature = "parser", feature = "runtime-adapter", feature = "validator"))]
 pub(crate) use impl_type_helpers;

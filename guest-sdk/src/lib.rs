@@ -56,6 +56,7 @@ pub mod parser;
 #[cfg(feature = "validator")]
 pub mod validator;
 
+#[cfg(any(feature = "parser", feature = "runtime-adapter", feature = "validator"))]
 mod diagnostics;
 
 /// The JSON library the SDK speaks; re-exported so plugin crates need no

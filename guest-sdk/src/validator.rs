@@ -109,8 +109,10 @@ macro_rules! export_validator {
                 }
                 fn validate(
                     subject: $crate::validator::Subject,
-                ) -> ::core::result::Result<::std::vec::Vec<$crate::validator::Diagnostic>, ::std::string::String>
-                {
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::validator::Diagnostic>,
+                    ::std::string::String,
+                > {
                     <$validator as $crate::validator::Validator>::validate(subject)
                 }
             }

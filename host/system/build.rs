@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
     let ai = root.join(".ai");
     println!("cargo:rerun-if-changed={}", ai.display());
 
@@ -18,17 +21,30 @@ fn main() {
         if !entry.file_type().is_file() {
             continue;
         }
-        let relative = entry.path().strip_prefix(&ai).unwrap().to_str().expect("UTF-8 paths in .ai/");
+        let relative = entry
+            .path()
+            .strip_prefix(&ai)
+            .unwrap()
+            .to_str()
+            .expect("UTF-8 paths in .ai/");
         if relative.ends_with(".wasm") {
-            println!("cargo:warning=ignoring {relative}: components in the system space are built from runtimes/");
+            println!(
+                "cargo:warning=ignoring {relative}: components in the system space are built from runtimes/"
+            );
             continue;
         }
-        files.push((relative.replace(std::path::MAIN_SEPARATOR, "/"), entry.into_path()));
+        files.push((
+            relative.replace(std::path::MAIN_SEPARATOR, "/"),
+            entry.into_path(),
+        ));
     }
 
     for component in rye_wasm_build::build_workspace(&root.join("runtimes/Cargo.toml")) {
         let install = component.metadata["install"].as_str().unwrap_or_else(|| {
-            panic!("package {} needs [package.metadata.rye] install = \"<path under .ai/>\"", component.package)
+            panic!(
+                "package {} needs [package.metadata.rye] install = \"<path under .ai/>\"",
+                component.package
+            )
         });
         files.push((install.to_owned(), component.wasm));
     }
@@ -37,11 +53,17 @@ fn main() {
     let mut hash = Sha256::new();
     let mut table = String::new();
     for (relative, path) in &files {
-        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let bytes =
+            std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         hash.update(relative.as_bytes());
         hash.update((bytes.len() as u64).to_le_bytes());
         hash.update(&bytes);
-        writeln!(table, "    ({relative:?}, include_bytes!({:?})),", path.display().to_string()).unwrap();
+        writeln!(
+            table,
+            "    ({relative:?}, include_bytes!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
     }
     let code = format!(
         "pub(crate) static FILES: &[(&str, &[u8])] = &[\n{table}];\n\

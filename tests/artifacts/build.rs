@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
     let mut code = String::new();
     for workspace in ["tests/test-programs/Cargo.toml", "examples/Cargo.toml"] {
         for component in rye_wasm_build::build_workspace(&root.join(workspace)) {

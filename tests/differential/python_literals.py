@@ -98,7 +98,7 @@ def document(source):
 for line in sys.stdin:
     path = line.rstrip("\n")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             source = f.read()
         doc, unordered = document(source)
         result = {"path": path, "document": doc, "unordered": unordered}

@@ -40,13 +40,18 @@ fn to_json(value: toml::Value) -> Value {
     match value {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::from(i),
-        toml::Value::Float(f) => rye_guest::serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        toml::Value::Float(f) => {
+            rye_guest::serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+        }
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
         toml::Value::Array(items) => Value::Array(items.into_iter().map(to_json).collect()),
-        toml::Value::Table(table) => {
-            Value::Object(table.into_iter().map(|(k, v)| (k, to_json(v))).collect::<Map<_, _>>())
-        }
+        toml::Value::Table(table) => Value::Object(
+            table
+                .into_iter()
+                .map(|(k, v)| (k, to_json(v)))
+                .collect::<Map<_, _>>(),
+        ),
     }
 }
 

@@ -73,7 +73,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RYE_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("RYE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .init();
     match run(cli) {
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let rye = Rye::new(RyeConfig::from_env()?).context("failed to start the host")?;
-    let project = Some(cli.project);
+    let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
     match cli.command {
         Command::Search {
             scope,

@@ -15,7 +15,13 @@ pub fn search(response: &SearchResponse) {
     );
     for hit in &response.results {
         println!();
-        println!("{:>6.2}  {:<9} {}  [{}]", hit.score, hit.kind.as_str(), hit.id, hit.source);
+        println!(
+            "{:>6.2}  {:<9} {}  [{}]",
+            hit.score,
+            hit.kind.as_str(),
+            hit.id,
+            hit.source
+        );
         if !hit.description.is_empty() {
             println!("        {}", one_line(&hit.description, 88));
         }
@@ -26,7 +32,11 @@ pub fn search(response: &SearchResponse) {
             println!("        shadowed by the {winner} space");
         }
         for shadow in &hit.shadows {
-            println!("        shadows {} ({})", shadow.path.display(), shadow.source);
+            println!(
+                "        shadows {} ({})",
+                shadow.path.display(),
+                shadow.source
+            );
         }
     }
     if response.offset + shown < response.total {
@@ -36,7 +46,13 @@ pub fn search(response: &SearchResponse) {
 }
 
 pub fn load(loaded: &Loaded) {
-    println!("{} {}  [{}] {}", loaded.item_type, loaded.item_id, loaded.source, loaded.path.display());
+    println!(
+        "{} {}  [{}] {}",
+        loaded.item_type,
+        loaded.item_id,
+        loaded.source,
+        loaded.path.display()
+    );
     for shadow in &loaded.shadows {
         println!("shadows {} ({})", shadow.path.display(), shadow.source);
     }
@@ -47,7 +63,9 @@ pub fn load(loaded: &Loaded) {
         println!("parse error: {error}");
     }
     for d in &loaded.diagnostics {
-        let at = d.at.map(|p| format!(":{}:{}", p.line, p.column)).unwrap_or_default();
+        let at =
+            d.at.map(|p| format!(":{}:{}", p.line, p.column))
+                .unwrap_or_default();
         println!("{:?}{at}: {} [{}]", d.severity, d.message, d.rule);
     }
     println!();

@@ -32,7 +32,8 @@ impl ArtifactCache {
         let mut key = Sha256::new();
         key.update(wasm_hash);
         key.update(self.fingerprint);
-        self.dir.join(format!("{}.cwasm", hex::encode(key.finalize())))
+        self.dir
+            .join(format!("{}.cwasm", hex::encode(key.finalize())))
     }
 
     /// The cached compilation of a component, if there is a usable one.
@@ -87,7 +88,10 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
     }
     #[cfg(not(unix))]
     {

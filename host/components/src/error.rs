@@ -25,7 +25,10 @@ pub enum ComponentErrorKind {
     /// A component built against another version of the contract.
     ContractVersion { component: String, host: String },
     /// A component of another world (or of none).
-    WrongWorld { expected: String, found: Vec<String> },
+    WrongWorld {
+        expected: String,
+        found: Vec<String>,
+    },
     /// It exports the right interface, with the wrong functions.
     Signature(String),
     /// It imports something its world does not grant.
@@ -70,12 +73,24 @@ impl fmt::Display for ComponentErrorKind {
             ),
             Self::Signature(e) => write!(f, "does not match the contract: {e}"),
             Self::Import(e) => write!(f, "needs an import its world does not grant: {e}"),
-            Self::Timeout(d) => write!(f, "ran past its CPU deadline of {} ms and was stopped", d.as_millis()),
+            Self::Timeout(d) => write!(
+                f,
+                "ran past its CPU deadline of {} ms and was stopped",
+                d.as_millis()
+            ),
             Self::MemoryLimit { limit } => {
-                write!(f, "tried to use more than its memory cap of {} MiB and was stopped", limit / (1024 * 1024))
+                write!(
+                    f,
+                    "tried to use more than its memory cap of {} MiB and was stopped",
+                    limit / (1024 * 1024)
+                )
             }
-            Self::Trap { message, stderr } if stderr.trim().is_empty() => write!(f, "trapped: {message}"),
-            Self::Trap { message, stderr } => write!(f, "trapped: {message}; it wrote: {}", stderr.trim()),
+            Self::Trap { message, stderr } if stderr.trim().is_empty() => {
+                write!(f, "trapped: {message}")
+            }
+            Self::Trap { message, stderr } => {
+                write!(f, "trapped: {message}; it wrote: {}", stderr.trim())
+            }
             Self::BadOutput(e) => write!(f, "returned output the contract does not allow: {e}"),
         }
     }

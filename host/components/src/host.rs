@@ -14,7 +14,10 @@ use crate::cache::ArtifactCache;
 use crate::error::{ComponentError, ComponentErrorKind};
 use crate::limits::Limits;
 use crate::sandbox::CallState;
-use crate::world::{World, contract_exports, CONTRACT_VERSION};
+use crate::world::{CONTRACT_VERSION, World, contract_exports};
+
+/// Bytes of each pooled linear memory kept resident between calls.
+const KEEP_RESIDENT: usize = 512 << 10;
 
 /// How often the engine's epoch advances. A deadline is enforced to within
 /// one tick; ticks much shorter than this cost measurable time.
@@ -116,7 +119,10 @@ impl ComponentHost {
         let (engine, pooling) = build_engine(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        let cache = config.cache_dir.clone().map(|dir| ArtifactCache::new(dir, &engine));
+        let cache = config
+            .cache_dir
+            .clone()
+            .map(|dir| ArtifactCache::new(dir, &engine));
         start_epoch_ticker(&engine);
         Ok(Self {
             engine,
@@ -150,7 +156,12 @@ impl ComponentHost {
             kind,
         };
         let (hash, bytes) = self.hash_file(path).map_err(fail)?;
-        if let Some(found) = self.loaded.lock().expect("load cache lock").get(&(hash, world)) {
+        if let Some(found) = self
+            .loaded
+            .lock()
+            .expect("load cache lock")
+            .get(&(hash, world))
+        {
             return found.clone().map_err(fail);
         }
         let bytes = match bytes {
@@ -183,9 +194,19 @@ impl ComponentHost {
         Ok((hash, Some(bytes)))
     }
 
-    fn prepare(&self, path: &Path, bytes: &[u8], hash: [u8; 32], world: World) -> Result<LoadedComponent, ComponentErrorKind> {
+    fn prepare(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        hash: [u8; 32],
+        world: World,
+    ) -> Result<LoadedComponent, ComponentErrorKind> {
         check_header(bytes)?;
-        let (component, origin) = match self.cache.as_ref().and_then(|c| c.load(&self.engine, &hash)) {
+        let (component, origin) = match self
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&self.engine, &hash))
+        {
             Some(component) => (component, Origin::Cache),
             None => {
                 let started = std::time::Instant::now();
@@ -257,10 +278,17 @@ impl ComponentHost {
     }
 
     /// Turns a failed call into the error it really is.
-    pub(crate) fn classify(&self, store: &Store<CallState>, world: World, error: wasmtime::Error) -> ComponentErrorKind {
+    pub(crate) fn classify(
+        &self,
+        store: &Store<CallState>,
+        world: World,
+        error: wasmtime::Error,
+    ) -> ComponentErrorKind {
         let limits = self.config.limits(world);
         if store.data().limiter.exceeded {
-            return ComponentErrorKind::MemoryLimit { limit: limits.memory };
+            return ComponentErrorKind::MemoryLimit {
+                limit: limits.memory,
+            };
         }
         if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
             return ComponentErrorKind::Timeout(limits.deadline);
@@ -295,6 +323,11 @@ fn base_config() -> Config {
     config.wasm_component_model(true);
     config.epoch_interruption(true);
     config.parallel_compilation(true);
+    // `RYE_PERFMAP=1` writes /tmp/perf-<pid>.map so `perf` can name the
+    // functions of guest code.
+    if std::env::var_os("RYE_PERFMAP").is_some_and(|v| v == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 
@@ -302,7 +335,11 @@ fn base_config() -> Config {
 /// reserve its address space, else with on-demand allocation.
 fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
     if host.pooling {
-        let max_memory = World::ALL.iter().map(|w| host.limits(*w).memory).max().unwrap_or(0);
+        let max_memory = World::ALL
+            .iter()
+            .map(|w| host.limits(*w).memory)
+            .max()
+            .unwrap_or(0);
         if max_memory <= POOL_MAX_MEMORY {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(1000);
@@ -310,11 +347,20 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
             pool.total_memories(2000);
             pool.total_tables(4000);
             pool.max_memory_size(POOL_MAX_MEMORY);
+            // Reset a freed slot's first pages with memset rather than
+            // returning them to the kernel: a parser call touches a few
+            // hundred KiB, and faulting them back in costs more than
+            // clearing them.
+            pool.linear_memory_keep_resident(KEEP_RESIDENT);
+            pool.table_keep_resident(64 * 1024);
+            pool.decommit_batch_size(32);
             let mut config = base_config();
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             match Engine::new(&config) {
                 Ok(engine) => return Ok((engine, true)),
-                Err(e) => tracing::info!(error = %e, "pooling allocator unavailable; allocating on demand"),
+                Err(e) => {
+                    tracing::info!(error = %e, "pooling allocator unavailable; allocating on demand")
+                }
             }
         }
     }

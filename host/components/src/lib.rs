@@ -38,5 +38,7 @@ mod world;
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, LoadedComponent, Origin};
 pub use limits::Limits;
-pub use parse::{Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity};
-pub use world::{World, CONTRACT_PACKAGE, CONTRACT_VERSION};
+pub use parse::{
+    Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
+};
+pub use world::{CONTRACT_PACKAGE, CONTRACT_VERSION, World};

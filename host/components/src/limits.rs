@@ -42,17 +42,30 @@ impl MemoryLimiter {
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let used = self.used - current.min(self.used) + desired;
         if used > self.cap {
             self.exceeded = true;
-            return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.cap));
+            return Err(wasmtime::format_err!(
+                "memory cap of {} bytes reached",
+                self.cap
+            ));
         }
         self.used = used;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }

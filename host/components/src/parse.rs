@@ -62,9 +62,15 @@ pub struct ParsedDocument {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseFailure {
     #[error("syntax error{}: {message}", at_suffix(.at))]
-    Syntax { message: String, at: Option<Position> },
+    Syntax {
+        message: String,
+        at: Option<Position>,
+    },
     #[error("invalid structure{}: {message}", at_suffix(.at))]
-    Structure { message: String, at: Option<Position> },
+    Structure {
+        message: String,
+        at: Option<Position>,
+    },
     #[error("unsupported: {0}")]
     Unsupported(String),
 }

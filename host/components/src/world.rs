@@ -34,7 +34,9 @@ impl World {
     }
 
     fn from_interface(interface: &str) -> Option<Self> {
-        World::ALL.into_iter().find(|w| w.export_interface() == interface)
+        World::ALL
+            .into_iter()
+            .find(|w| w.export_interface() == interface)
     }
 }
 
@@ -73,7 +75,11 @@ mod tests {
 
     #[test]
     fn reads_contract_exports() {
-        let names = ["wasi:cli/run@0.2.0", "rye:plugin/parsing@0.1.0", "rye:plugin/other@0.3.0"];
+        let names = [
+            "wasi:cli/run@0.2.0",
+            "rye:plugin/parsing@0.1.0",
+            "rye:plugin/other@0.3.0",
+        ];
         let found = contract_exports(names.into_iter());
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].world, Some(World::Parser));

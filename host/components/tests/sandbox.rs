@@ -36,7 +36,9 @@ fn parse_error(host: &ComponentHost, wasm: &str) -> ComponentErrorKind {
 
 /// The host still parses after a component failed.
 fn assert_serves(host: &ComponentHost) {
-    let good = host.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    let good = host
+        .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+        .unwrap();
     let parsed = host.parse(&good, &request("x")).unwrap().unwrap();
     assert_eq!(parsed.document["__version__"], "9.9.9");
 }
@@ -52,7 +54,10 @@ fn endless_loop_is_stopped_at_the_deadline() {
     let kind = parse_error(&host, artifacts::PARSER_LOOP);
     let took = started.elapsed();
     assert_eq!(kind, ComponentErrorKind::Timeout(deadline));
-    assert!(took >= deadline, "stopped after {took:?}, before its deadline");
+    assert!(
+        took >= deadline,
+        "stopped after {took:?}, before its deadline"
+    );
     // Epoch ticks are 100 ms; far more than that means the deadline did
     // not stop it.
     assert!(took < deadline + Duration::from_secs(2), "took {took:?}");
@@ -66,7 +71,12 @@ fn unbounded_allocation_hits_the_memory_cap() {
         ..Limits::default()
     });
     let kind = parse_error(&host, artifacts::PARSER_MEMORY_BOMB);
-    assert_eq!(kind, ComponentErrorKind::MemoryLimit { limit: 16 * 1024 * 1024 });
+    assert_eq!(
+        kind,
+        ComponentErrorKind::MemoryLimit {
+            limit: 16 * 1024 * 1024
+        }
+    );
     assert_serves(&host);
 }
 
@@ -86,18 +96,28 @@ fn a_panic_is_a_trap_carrying_its_message() {
 fn files_that_are_not_components_are_refused() {
     let host = host(Limits::default());
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[u8], fn(&ComponentErrorKind) -> bool); 4] = [
-        ("garbage.wasm", b"this is not wasm at all", |k| *k == ComponentErrorKind::NotWasm),
+    type Expect = fn(&ComponentErrorKind) -> bool;
+    let cases: [(&str, &[u8], Expect); 4] = [
+        ("garbage.wasm", b"this is not wasm at all", |k| {
+            *k == ComponentErrorKind::NotWasm
+        }),
         ("empty.wasm", b"", |k| *k == ComponentErrorKind::NotWasm),
-        ("module.wasm", b"\0asm\x01\0\0\0", |k| *k == ComponentErrorKind::CoreModule),
-        ("broken.wasm", b"\0asm\x0d\0\x01\0\xff\xff\xff", |k| matches!(k, ComponentErrorKind::Invalid(_))),
+        ("module.wasm", b"\0asm\x01\0\0\0", |k| {
+            *k == ComponentErrorKind::CoreModule
+        }),
+        ("broken.wasm", b"\0asm\x0d\0\x01\0\xff\xff\xff", |k| {
+            matches!(k, ComponentErrorKind::Invalid(_))
+        }),
     ];
     for (name, bytes, expected) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
         let error = host.load(&path, World::Parser).unwrap_err();
         assert!(expected(&error.kind), "{name}: {error}");
-        assert!(error.to_string().contains(name), "the error names the file: {error}");
+        assert!(
+            error.to_string().contains(name),
+            "the error names the file: {error}"
+        );
     }
     assert_serves(&host);
 }
@@ -105,7 +125,9 @@ fn files_that_are_not_components_are_refused() {
 #[test]
 fn a_component_of_another_world_is_refused() {
     let host = host(Limits::default());
-    let error = host.load(Path::new(artifacts::VALIDATOR_NOOP), World::Parser).unwrap_err();
+    let error = host
+        .load(Path::new(artifacts::VALIDATOR_NOOP), World::Parser)
+        .unwrap_err();
     let message = error.to_string();
     assert!(
         matches!(&error.kind, ComponentErrorKind::WrongWorld { found, .. } if found.iter().any(|f| f.contains("rye:plugin/validation@0.1.0"))),
@@ -113,13 +135,16 @@ fn a_component_of_another_world_is_refused() {
     );
     assert!(message.contains("is not a parser component"), "{message}");
     // The same bytes are a perfectly good validator.
-    host.load(Path::new(artifacts::VALIDATOR_NOOP), World::Validator).unwrap();
+    host.load(Path::new(artifacts::VALIDATOR_NOOP), World::Validator)
+        .unwrap();
 }
 
 #[test]
 fn a_component_of_another_contract_version_is_refused() {
     let host = host(Limits::default());
-    let error = host.load(Path::new(artifacts::PARSER_FUTURE), World::Parser).unwrap_err();
+    let error = host
+        .load(Path::new(artifacts::PARSER_FUTURE), World::Parser)
+        .unwrap_err();
     assert_eq!(
         error.kind,
         ComponentErrorKind::ContractVersion {
@@ -128,14 +153,20 @@ fn a_component_of_another_contract_version_is_refused() {
         }
     );
     let message = error.to_string();
-    assert!(message.contains("rye:plugin@0.2.0") && message.contains("rye:plugin@0.1.0"), "{message}");
+    assert!(
+        message.contains("rye:plugin@0.2.0") && message.contains("rye:plugin@0.1.0"),
+        "{message}"
+    );
 }
 
 #[test]
 fn output_that_breaks_the_contract_is_refused() {
     let host = host(Limits::default());
     let kind = parse_error(&host, artifacts::PARSER_BAD_OUTPUT);
-    assert!(matches!(&kind, ComponentErrorKind::BadOutput(m) if m.contains("an array")), "{kind:?}");
+    assert!(
+        matches!(&kind, ComponentErrorKind::BadOutput(m) if m.contains("an array")),
+        "{kind:?}"
+    );
 }
 
 #[test]
@@ -144,14 +175,24 @@ fn the_sandbox_grants_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("secret.txt");
     std::fs::write(&secret, "do not read").unwrap();
-    let snoop = host.load(Path::new(artifacts::PARSER_SNOOP), World::Parser).unwrap();
+    let snoop = host
+        .load(Path::new(artifacts::PARSER_SNOOP), World::Parser)
+        .unwrap();
     let content = secret.display().to_string();
-    let report = host.parse(&snoop, &request(&content)).unwrap().unwrap().document;
+    let report = host
+        .parse(&snoop, &request(&content))
+        .unwrap()
+        .unwrap()
+        .document;
     for key in ["read", "read_root", "read_relative", "connect"] {
         let outcome = report[key].as_str().unwrap();
         assert!(outcome.starts_with("error:"), "{key}: {outcome}");
     }
-    assert!(!report.values().any(|v| v.as_str().is_some_and(|s| s.contains("do not read"))));
+    assert!(
+        !report
+            .values()
+            .any(|v| v.as_str().is_some_and(|s| s.contains("do not read")))
+    );
     assert_eq!(report["env_count"], 0);
     assert_eq!(report["args_count"], 0);
     assert_eq!(report["unix_time"], 0, "clocks stand still");
@@ -165,15 +206,23 @@ fn compiled_once_then_deserialized_from_the_cache() {
         ..HostConfig::default()
     };
     let first = ComponentHost::new(config.clone()).unwrap();
-    let loaded = first.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    let loaded = first
+        .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+        .unwrap();
     assert_eq!(loaded.origin, Origin::Compiled);
     let artifacts_on_disk = std::fs::read_dir(cache.path()).unwrap().filter(|e| {
-        e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm")
+        e.as_ref()
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|x| x == "cwasm")
     });
     assert_eq!(artifacts_on_disk.count(), 1);
 
     let second = ComponentHost::new(config).unwrap();
-    let again = second.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    let again = second
+        .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+        .unwrap();
     assert_eq!(again.origin, Origin::Cache);
     assert_eq!(again.hash, loaded.hash);
     assert_serves(&second);
@@ -195,7 +244,9 @@ fn a_changed_file_is_loaded_anew() {
 #[test]
 fn calls_run_in_parallel() {
     let host = host(Limits::default());
-    let parser = host.load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser).unwrap();
+    let parser = host
+        .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+        .unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|_| {

@@ -27,13 +27,21 @@ impl RyeConfig {
     /// | `RYE_SYSTEM_SPACE` | system space base (holds `.ai/`)          | the embedded bundle          |
     /// | `RYE_POOLING`      | `0` turns the pooling allocator off       | on where the machine allows  |
     pub fn from_env() -> Result<Self, HostError> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let var = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         let home = var("HOME");
         let cache_dir = var("RYE_CACHE_DIR")
             .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("rye")))
             .or_else(|| home.as_ref().map(|h| h.join(".cache/rye")))
-            .ok_or_else(|| HostError::Invalid("no cache directory: set RYE_CACHE_DIR or HOME".into()))?;
-        let user_base = var("USER_SPACE").map(expand_home(home.as_ref())).or(home.clone());
+            .ok_or_else(|| {
+                HostError::Invalid("no cache directory: set RYE_CACHE_DIR or HOME".into())
+            })?;
+        let user_base = var("USER_SPACE")
+            .map(expand_home(home.as_ref()))
+            .or(home.clone());
         let system_base = var("RYE_SYSTEM_SPACE").map(expand_home(home.as_ref()));
         let components = HostConfig {
             cache_dir: Some(cache_dir.join("components")),

@@ -27,8 +27,8 @@ pub use load::{LoadRequest, Loaded};
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};
 pub use rye_components::{
-    ComponentError, ComponentErrorKind, Diagnostic, HostConfig, Limits, ParseFailure, ParsedDocument, Position,
-    Severity,
+    ComponentError, ComponentErrorKind, Diagnostic, HostConfig, Limits, ParseFailure,
+    ParsedDocument, Position, Severity,
 };
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};

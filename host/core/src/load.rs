@@ -49,6 +49,9 @@ pub struct Loaded {
     pub content: String,
     /// The item's metadata (see [`normalize`]) plus `path` and `extension`.
     pub metadata: Map<String, Value>,
+    /// The parser's whole document: for a directive its inputs, process
+    /// steps and permissions; for knowledge its body.
+    pub parsed: Map<String, Value>,
     pub path: PathBuf,
     pub source: Space,
     /// Files of the same id this one hides in lower spaces.
@@ -76,26 +79,56 @@ impl Rye {
         let spaces = self.spaces(request.project.as_deref());
         let extractors = Extractors::load(&spaces)?;
         let extractor = extractors.require(request.kind)?;
-        let resolved = spaces.resolve(request.kind, &request.id, &extractor.extensions, request.source)?;
+        let resolved = spaces.resolve(
+            request.kind,
+            &request.id,
+            &extractor.extensions,
+            request.source,
+        )?;
         let path = resolved.location.path.clone();
-        let extension = path.extension().and_then(|e| e.to_str()).map(|e| format!(".{e}")).unwrap_or_default();
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| format!(".{e}"))
+            .unwrap_or_default();
 
         let mut parsers = ParserLookup::default();
-        let item = (request.kind, request.id.as_str(), resolved.location.space, path.as_path());
+        let item = (
+            request.kind,
+            request.id.as_str(),
+            resolved.location.space,
+            path.as_path(),
+        );
         let (content, document, diagnostics, parse_error) =
             match self.parse_file(&spaces, &extractors, &mut parsers, item) {
                 Ok(parsed) => match parsed.outcome.as_ref() {
-                    Ok(doc) => (parsed.content.clone(), doc.document.clone(), doc.diagnostics.clone(), None),
-                    Err(failure) => (parsed.content.clone(), Map::new(), Vec::new(), Some(failure.to_string())),
+                    Ok(doc) => (
+                        parsed.content.clone(),
+                        doc.document.clone(),
+                        doc.diagnostics.clone(),
+                        None,
+                    ),
+                    Err(failure) => (
+                        parsed.content.clone(),
+                        Map::new(),
+                        Vec::new(),
+                        Some(failure.to_string()),
+                    ),
                 },
                 Err(HostError::Io { path, source }) => return Err(HostError::Io { path, source }),
                 Err(e) => {
                     let bytes = std::fs::read(&path).map_err(|e| HostError::io(&path, e))?;
-                    (String::from_utf8_lossy(&bytes).into_owned(), Map::new(), Vec::new(), Some(e.to_string()))
+                    (
+                        String::from_utf8_lossy(&bytes).into_owned(),
+                        Map::new(),
+                        Vec::new(),
+                        Some(e.to_string()),
+                    )
                 }
             };
 
         let mut metadata = normalize(request.kind, &request.id, &document);
+        let parsed = document;
         metadata.insert("path".into(), Value::from(path.display().to_string()));
         metadata.insert("extension".into(), Value::from(extension.clone()));
 
@@ -105,6 +138,7 @@ impl Rye {
             item_id: request.id.clone(),
             content,
             metadata,
+            parsed,
             path: path.clone(),
             source: resolved.location.space,
             shadows: resolved
@@ -131,11 +165,20 @@ impl Rye {
                     ));
                 }
                 space => spaces.root(space).ok_or_else(|| {
-                    HostError::Invalid(format!("there is no {space} space to copy to (no {space} folder was given)"))
+                    HostError::Invalid(format!(
+                        "there is no {space} space to copy to (no {space} folder was given)"
+                    ))
                 })?,
             };
-            let target = root.kind_dir(request.kind).join(format!("{}{extension}", request.id));
-            match spaces.resolve(request.kind, &request.id, &extractor.extensions, Some(destination)) {
+            let target = root
+                .kind_dir(request.kind)
+                .join(format!("{}{extension}", request.id));
+            match spaces.resolve(
+                request.kind,
+                &request.id,
+                &extractor.extensions,
+                Some(destination),
+            ) {
                 Ok(existing) if existing.location.path != target => {
                     return Err(HostError::Invalid(format!(
                         "{}: copying would give the {destination} space a second file for {} {:?}; remove it first",
@@ -155,10 +198,16 @@ impl Rye {
             }
             std::fs::copy(&path, &target).map_err(|e| HostError::io(&target, e))?;
             // A copy of a read-only system file stays writable where it lands.
-            let mut permissions = std::fs::metadata(&target).map_err(|e| HostError::io(&target, e))?.permissions();
-            #[expect(clippy::permissions_set_readonly_false, reason = "the copy belongs to the user")]
+            let mut permissions = std::fs::metadata(&target)
+                .map_err(|e| HostError::io(&target, e))?
+                .permissions();
+            #[expect(
+                clippy::permissions_set_readonly_false,
+                reason = "the copy belongs to the user"
+            )]
             permissions.set_readonly(false);
-            std::fs::set_permissions(&target, permissions).map_err(|e| HostError::io(&target, e))?;
+            std::fs::set_permissions(&target, permissions)
+                .map_err(|e| HostError::io(&target, e))?;
             loaded.copied_to = Some(destination);
             loaded.destination_path = Some(target);
         }

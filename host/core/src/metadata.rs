@@ -25,7 +25,15 @@ const TOOL_FIELDS: &[(&str, &[&str])] = &[
     ("version", &["__version__", "version"]),
     ("tool_type", &["__tool_type__", "tool_type"]),
     ("executor_id", &["__executor_id__", "executor_id"]),
-    ("description", &["__tool_description__", "tool_description", "description", "__docstring__"]),
+    (
+        "description",
+        &[
+            "__tool_description__",
+            "tool_description",
+            "description",
+            "__docstring__",
+        ],
+    ),
     ("config_schema", &["CONFIG_SCHEMA", "config_schema"]),
     ("env_config", &["ENV_CONFIG", "env_config"]),
     ("config", &["CONFIG", "config"]),
@@ -122,7 +130,9 @@ mod tests {
 
     #[test]
     fn tool_dunders_win_over_bare_keys() {
-        let doc = map(json!({"__version__": "2.0.0", "version": "1.0.0", "__docstring__": "Counts.\n\nMore.", "CONFIG": {"a": 1}}));
+        let doc = map(
+            json!({"__version__": "2.0.0", "version": "1.0.0", "__docstring__": "Counts.\n\nMore.", "CONFIG": {"a": 1}}),
+        );
         let m = normalize(ItemKind::Tool, "demo/text/count", &doc);
         assert_eq!(
             Value::Object(m),
@@ -132,8 +142,12 @@ mod tests {
 
     #[test]
     fn knowledge_keeps_its_own_name() {
-        let doc = map(json!({"name": "retry-policy", "title": "Retry", "tags": ["http"], "body": "x"}));
+        let doc =
+            map(json!({"name": "retry-policy", "title": "Retry", "tags": ["http"], "body": "x"}));
         let m = normalize(ItemKind::Knowledge, "patterns/retry", &doc);
-        assert_eq!(Value::Object(m), json!({"name": "retry-policy", "category": "patterns", "title": "Retry", "tags": ["http"]}));
+        assert_eq!(
+            Value::Object(m),
+            json!({"name": "retry-policy", "category": "patterns", "title": "Retry", "tags": ["http"]})
+        );
     }
 }

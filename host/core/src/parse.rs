@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rye_components::{ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World};
+use rye_components::{
+    ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World,
+};
 use rye_space::{Extractors, ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
@@ -58,10 +60,12 @@ impl Rye {
     pub fn new(config: RyeConfig) -> Result<Self, HostError> {
         let system_base = match config.system_base {
             Some(base) => base,
-            None => rye_system::materialize(&config.cache_dir).map_err(|e| HostError::io(&config.cache_dir, e))?,
+            None => rye_system::materialize(&config.cache_dir)
+                .map_err(|e| HostError::io(&config.cache_dir, e))?,
         };
-        let components = ComponentHost::new(config.components)
-            .map_err(|e| HostError::Invalid(format!("cannot start the WebAssembly engine: {e:#}")))?;
+        let components = ComponentHost::new(config.components).map_err(|e| {
+            HostError::Invalid(format!("cannot start the WebAssembly engine: {e:#}"))
+        })?;
         Ok(Self {
             components,
             system_base,
@@ -97,7 +101,11 @@ impl Rye {
 
     /// The parser component `name`, from the first space that has
     /// `.ai/parsers/<name>.wasm`.
-    pub fn parser_component(&self, spaces: &Spaces, name: &str) -> Result<Result<Arc<LoadedComponent>, Vec<PathBuf>>, HostError> {
+    pub fn parser_component(
+        &self,
+        spaces: &Spaces,
+        name: &str,
+    ) -> Result<Result<Arc<LoadedComponent>, Vec<PathBuf>>, HostError> {
         rye_space::validate_plugin_name(name)?;
         let mut searched = Vec::new();
         for root in spaces.roots() {
@@ -123,9 +131,15 @@ impl Rye {
         let (kind, id, space, path) = item;
         let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
         let content_hash: [u8; 32] = Sha256::digest(&bytes).into();
-        let content = String::from_utf8(bytes).map_err(|_| HostError::NotText { path: path.to_owned() })?;
+        let content = String::from_utf8(bytes).map_err(|_| HostError::NotText {
+            path: path.to_owned(),
+        })?;
         let (name, parser) = parsers.for_file(self, spaces, extractors, kind, path)?;
-        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let file_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
 
         let key = ParseKey {
             parser: parser.hash,
@@ -145,7 +159,10 @@ impl Rye {
                     content: &content,
                 };
                 let outcome: Outcome = Arc::new(self.components.parse(&parser, &request)?);
-                self.parses.lock().expect("parse cache lock").insert(key, outcome.clone());
+                self.parses
+                    .lock()
+                    .expect("parse cache lock")
+                    .insert(key, outcome.clone());
                 outcome
             }
         };
@@ -184,12 +201,14 @@ impl ParserLookup {
             .and_then(|e| e.to_str())
             .map(|e| format!(".{e}"))
             .unwrap_or_default();
-        let name = extractor.parser_for(&extension).ok_or_else(|| HostError::NoParserMapped {
-            path: path.to_owned(),
-            kind,
-            extension: extension.clone(),
-            extractor: extractor.source.clone(),
-        })?;
+        let name = extractor
+            .parser_for(&extension)
+            .ok_or_else(|| HostError::NoParserMapped {
+                path: path.to_owned(),
+                kind,
+                extension: extension.clone(),
+                extractor: extractor.source.clone(),
+            })?;
         let found = match self.found.get(name) {
             Some(found) => found.clone(),
             None => {

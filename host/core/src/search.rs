@@ -6,6 +6,7 @@
 //! of the folders, a `stat` per file and the scoring.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,7 +44,8 @@ impl SourceFilter {
             "system" => Self::System,
             "registry" => {
                 return Err(HostError::Invalid(
-                    "source \"registry\" is not available: this host has no registry provider".into(),
+                    "source \"registry\" is not available: this host has no registry provider"
+                        .into(),
                 ));
             }
             other => {
@@ -152,12 +154,38 @@ pub(crate) struct SearchDoc {
     preview: String,
     metadata: Map<String, Value>,
     error: Option<String>,
-    /// Lowercase text per searchable field.
-    fields: HashMap<&'static str, String>,
+    /// Lowercase text per searchable field, in [`FIELDS`] order.
+    fields: [String; FIELDS.len()],
+    /// The non-empty fields joined by spaces: what a query must match.
+    joined: String,
+}
+
+/// The fields search matches, and the names extractors weigh them by.
+const FIELDS: [&str; 7] = [
+    "name",
+    "title",
+    "id",
+    "description",
+    "tags",
+    "category",
+    "preview",
+];
+
+impl SearchDoc {
+    fn field(&self, name: &str) -> &str {
+        FIELDS
+            .iter()
+            .position(|f| *f == name)
+            .map_or("", |i| self.fields[i].as_str())
+    }
 }
 
 impl SearchDoc {
-    fn new(kind: ItemKind, id: &str, document: Result<(&Map<String, Value>, &str), String>) -> Self {
+    fn new(
+        kind: ItemKind,
+        id: &str,
+        document: Result<(&Map<String, Value>, &str), String>,
+    ) -> Self {
         let (metadata, preview, error) = match document {
             Ok((document, content)) => {
                 let metadata = normalize(kind, id, document);
@@ -169,24 +197,43 @@ impl SearchDoc {
             }
             Err(error) => (normalize(kind, id, &Map::new()), String::new(), Some(error)),
         };
-        let text = |key: &str| metadata.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = |key: &str| {
+            metadata
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let name = text("name");
-        let title = metadata.get("title").and_then(Value::as_str).map_or_else(|| name.clone(), str::to_owned);
+        let title = metadata
+            .get("title")
+            .and_then(Value::as_str)
+            .map_or_else(|| name.clone(), str::to_owned);
         let description = text("description");
         let tags = match metadata.get("tags") {
-            Some(Value::Array(tags)) => tags.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+            Some(Value::Array(tags)) => tags
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
             Some(Value::String(tag)) => tag.clone(),
             _ => String::new(),
         };
-        let fields = HashMap::from([
-            ("name", name.to_lowercase()),
-            ("title", title.to_lowercase()),
-            ("id", id.to_lowercase()),
-            ("description", description.to_lowercase()),
-            ("tags", tags.to_lowercase()),
-            ("category", text("category").to_lowercase()),
-            ("preview", preview.to_lowercase()),
-        ]);
+        let fields = [
+            name.to_lowercase(),
+            title.to_lowercase(),
+            id.to_lowercase(),
+            description.to_lowercase(),
+            tags.to_lowercase(),
+            text("category").to_lowercase(),
+            preview.to_lowercase(),
+        ];
+        let joined = fields
+            .iter()
+            .filter(|f| !f.is_empty())
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ");
         Self {
             name,
             title,
@@ -195,6 +242,7 @@ impl SearchDoc {
             metadata,
             error,
             fields,
+            joined,
         }
     }
 }
@@ -207,10 +255,12 @@ struct IndexEntry {
     doc: Arc<SearchDoc>,
 }
 
-/// Search documents by file path.
+/// Search documents by file path. Keyed by the path's bytes with a fast
+/// hash: `Path`'s own hashing and equality walk its components, which is
+/// most of a lookup's cost.
 #[derive(Default)]
 pub(crate) struct Index {
-    entries: HashMap<PathBuf, IndexEntry>,
+    entries: HashMap<OsString, IndexEntry, foldhash::fast::RandomState>,
 }
 
 /// Parses a scope into kinds and an optional id namespace.
@@ -233,19 +283,29 @@ fn parse_scope(scope: &str) -> Result<(Vec<ItemKind>, Option<String>), HostError
     let kinds = match kind {
         "all" | "*" => ItemKind::PRIMARY.to_vec(),
         kind => {
-            let kind: ItemKind = kind.parse().map_err(|_| invalid("does not start with an item kind"))?;
+            let kind: ItemKind = kind
+                .parse()
+                .map_err(|_| invalid("does not start with an item kind"))?;
             if kind == ItemKind::Config {
                 return Err(invalid("names config, which is not searchable"));
             }
             vec![kind]
         }
     };
-    let namespace = namespace.trim_end_matches('*').trim_end_matches('.').replace('.', "/");
+    let namespace = namespace
+        .trim_end_matches('*')
+        .trim_end_matches('.')
+        .replace('.', "/");
     Ok((kinds, (!namespace.is_empty()).then_some(namespace)))
 }
 
 fn in_namespace(id: &str, namespace: Option<&str>) -> bool {
-    namespace.is_none_or(|ns| id == ns || id.strip_prefix(ns).is_some_and(|rest| rest.starts_with('/')))
+    namespace.is_none_or(|ns| {
+        id == ns
+            || id
+                .strip_prefix(ns)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 impl Rye {
@@ -257,51 +317,108 @@ impl Rye {
         let query = Query::parse(&request.query).map_err(|e| HostError::Invalid(e.to_string()))?;
         let spaces = self.spaces(request.project.as_deref());
         let extractors = Extractors::load(&spaces)?;
-        let mut parsers = ParserLookup::default();
 
-        let mut hits = Vec::new();
-        let mut present: HashMap<(ItemKind, String), Vec<ShadowRef>> = HashMap::new();
-        for kind in kinds {
-            let extractor = extractors.require(kind)?;
-            for root in spaces.roots().iter().filter(|r| request.source.includes(r.space)) {
-                for listed in spaces.list(kind, root.space, &extractor.extensions)? {
-                    if !in_namespace(&listed.id, namespace.as_deref()) {
-                        continue;
-                    }
-                    present.entry((kind, listed.id.clone())).or_default().push(ShadowRef {
-                        source: listed.space,
-                        path: listed.path.clone(),
-                    });
-                    let doc = self.search_doc(&spaces, &extractors, &mut parsers, &listed);
-                    let fields: Vec<(f64, &str)> = extractor
-                        .search_fields
-                        .iter()
-                        .map(|(field, weight)| (*weight, doc.fields.get(field.as_str()).map_or("", String::as_str)))
-                        .collect();
-                    if let Some(score) = query.score(&fields) {
-                        hits.push(hit(listed, &doc, score));
-                    }
-                }
+        // Every listed item (for shadowing, whether it matches or not), and
+        // the matches as (score, index into `listed`, document).
+        let mut listed: Vec<Listed> = Vec::new();
+        for kind in &kinds {
+            let extractor = extractors.require(*kind)?;
+            for root in spaces
+                .roots()
+                .iter()
+                .filter(|r| request.source.includes(r.space))
+            {
+                let items = spaces.list(*kind, root.space, &extractor.extensions)?;
+                listed.extend(
+                    items
+                        .into_iter()
+                        .filter(|item| in_namespace(&item.id, namespace.as_deref())),
+                );
             }
         }
 
-        for hit in &mut hits {
-            let same = &present[&(hit.kind, hit.id.clone())];
-            if same[0].source == hit.source {
-                hit.shadows = same[1..].to_vec();
-            } else {
-                hit.shadowed_by = Some(same[0].source);
-            }
-        }
-        hits.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then(a.source.cmp(&b.source))
+        // Documents and scores, computed on a few threads: on a warm index
+        // this is lookups and matching, on a cold one mostly parsing.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let chunk = listed.len().div_ceil(threads).max(1);
+        let scored: Vec<Vec<(f64, usize, Arc<SearchDoc>)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = listed
+                .chunks(chunk)
+                .enumerate()
+                .map(|(n, items)| {
+                    let (spaces, extractors, query) = (&spaces, &extractors, &query);
+                    scope.spawn(move || {
+                        let docs = self.search_docs(spaces, extractors, items);
+                        let mut matches = Vec::new();
+                        for (i, (item, doc)) in items.iter().zip(docs).enumerate() {
+                            let Ok(extractor) = extractors.require(item.kind) else {
+                                continue;
+                            };
+                            let fields: Vec<(f64, &str)> = extractor
+                                .search_fields
+                                .iter()
+                                .map(|(field, weight)| (*weight, doc.field(field)))
+                                .collect();
+                            if let Some(score) = query.score_joined(&doc.joined, &fields) {
+                                matches.push((score, n * chunk + i, doc.clone()));
+                            }
+                        }
+                        matches
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("search thread panicked"))
+                .collect()
+        });
+        let mut matches: Vec<(f64, usize, Arc<SearchDoc>)> = scored.into_iter().flatten().collect();
+
+        matches.sort_by(|(sa, ia, _), (sb, ib, _)| {
+            let (a, b) = (&listed[*ia], &listed[*ib]);
+            sb.total_cmp(sa)
+                .then(a.space.cmp(&b.space))
                 .then(a.kind.cmp(&b.kind))
                 .then_with(|| a.id.cmp(&b.id))
         });
-        let total = hits.len();
-        let results = hits.into_iter().skip(request.offset).take(request.limit).collect();
+        let total = matches.len();
+        let page: Vec<_> = matches
+            .into_iter()
+            .skip(request.offset)
+            .take(request.limit)
+            .collect();
+
+        // Listing is in space order, so the first of an id is the winner.
+        let mut same: HashMap<(ItemKind, &str), Vec<usize>> = HashMap::new();
+        if !page.is_empty() {
+            for (index, item) in listed.iter().enumerate() {
+                same.entry((item.kind, item.id.as_str()))
+                    .or_default()
+                    .push(index);
+            }
+        }
+        let results = page
+            .iter()
+            .map(|(score, index, doc)| {
+                let item = &listed[*index];
+                let mut hit = hit(item, doc, *score);
+                let group = &same[&(item.kind, item.id.as_str())];
+                if group[0] == *index {
+                    hit.shadows = group[1..]
+                        .iter()
+                        .map(|&i| ShadowRef {
+                            source: listed[i].space,
+                            path: listed[i].path.clone(),
+                        })
+                        .collect();
+                } else {
+                    hit.shadowed_by = Some(listed[group[0]].space);
+                }
+                hit
+            })
+            .collect();
         Ok(SearchResponse {
             results,
             total,
@@ -314,32 +431,95 @@ impl Rye {
         })
     }
 
-    fn search_doc(
+    /// The search documents of `items`, in order: from the index where
+    /// the file and its parser are unchanged (one lock for the lot), read
+    /// anew otherwise.
+    fn search_docs(
+        &self,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        items: &[Listed],
+    ) -> Vec<Arc<SearchDoc>> {
+        let mut parsers = ParserLookup::default();
+        let parser_hashes: Vec<[u8; 32]> = items
+            .iter()
+            .map(|item| {
+                parsers
+                    .for_file(self, spaces, extractors, item.kind, &item.path)
+                    .map_or([0; 32], |(_, component)| component.hash)
+            })
+            .collect();
+        let mut docs: Vec<Option<Arc<SearchDoc>>> = {
+            let index = self.index.lock().expect("index lock");
+            items
+                .iter()
+                .zip(&parser_hashes)
+                .map(|(item, parser)| {
+                    index
+                        .entries
+                        .get(item.path.as_os_str())
+                        .filter(|e| {
+                            e.stamp == item.stamp
+                                && e.parser == *parser
+                                && e.kind == item.kind
+                                && e.id == item.id
+                                && item.conflicts.is_empty()
+                        })
+                        .map(|e| e.doc.clone())
+                })
+                .collect()
+        };
+        let mut fresh = Vec::new();
+        for (i, slot) in docs.iter_mut().enumerate() {
+            if slot.is_none() {
+                let doc = Arc::new(self.read_doc(spaces, extractors, &mut parsers, &items[i]));
+                fresh.push((i, doc.clone()));
+                *slot = Some(doc);
+            }
+        }
+        if !fresh.is_empty() {
+            let mut index = self.index.lock().expect("index lock");
+            for (i, doc) in fresh {
+                let item = &items[i];
+                index.entries.insert(
+                    item.path.clone().into_os_string(),
+                    IndexEntry {
+                        stamp: item.stamp,
+                        parser: parser_hashes[i],
+                        kind: item.kind,
+                        id: item.id.clone(),
+                        doc,
+                    },
+                );
+            }
+        }
+        docs.into_iter()
+            .map(|d| d.expect("every slot filled"))
+            .collect()
+    }
+
+    /// Reads one item for search: its parser's document, or why it could
+    /// not be read.
+    fn read_doc(
         &self,
         spaces: &Spaces,
         extractors: &Extractors,
         parsers: &mut ParserLookup,
         listed: &Listed,
-    ) -> Arc<SearchDoc> {
-        let stamp = FileStamp::read(&listed.path).ok();
-        let parser = parsers
-            .for_file(self, spaces, extractors, listed.kind, &listed.path)
-            .map_or([0; 32], |(_, component)| component.hash);
-        if let Some(stamp) = stamp
-            && let Some(entry) = self.index.lock().expect("index lock").entries.get(&listed.path)
-            && entry.stamp == stamp
-            && entry.parser == parser
-            && entry.kind == listed.kind
-            && entry.id == listed.id
-            && listed.conflicts.is_empty()
-        {
-            return entry.doc.clone();
-        }
-
-        let item = (listed.kind, listed.id.as_str(), listed.space, listed.path.as_path());
+    ) -> SearchDoc {
+        let item = (
+            listed.kind,
+            listed.id.as_str(),
+            listed.space,
+            listed.path.as_path(),
+        );
         let mut doc = match self.parse_file(spaces, extractors, parsers, item) {
             Ok(parsed) => match parsed.outcome.as_ref() {
-                Ok(document) => SearchDoc::new(listed.kind, &listed.id, Ok((&document.document, &parsed.content))),
+                Ok(document) => SearchDoc::new(
+                    listed.kind,
+                    &listed.id,
+                    Ok((&document.document, &parsed.content)),
+                ),
                 Err(failure) => SearchDoc::new(listed.kind, &listed.id, Err(failure.to_string())),
             },
             Err(e) => SearchDoc::new(listed.kind, &listed.id, Err(e.to_string())),
@@ -355,33 +535,20 @@ impl Rye {
                 paths.join(", ")
             ));
         }
-        let doc = Arc::new(doc);
-        if let Some(stamp) = stamp {
-            self.index.lock().expect("index lock").entries.insert(
-                listed.path.clone(),
-                IndexEntry {
-                    stamp,
-                    parser,
-                    kind: listed.kind,
-                    id: listed.id.clone(),
-                    doc: doc.clone(),
-                },
-            );
-        }
         doc
     }
 }
 
-fn hit(listed: Listed, doc: &SearchDoc, score: f64) -> SearchHit {
+fn hit(listed: &Listed, doc: &SearchDoc, score: f64) -> SearchHit {
     SearchHit {
-        id: listed.id,
+        id: listed.id.clone(),
         kind: listed.kind,
         name: doc.name.clone(),
         title: doc.title.clone(),
         description: doc.description.clone(),
         preview: doc.preview.clone(),
         source: listed.space,
-        path: listed.path,
+        path: listed.path.clone(),
         score,
         metadata: doc.metadata.clone(),
         shadowed_by: None,
@@ -397,8 +564,14 @@ mod tests {
     #[test]
     fn scopes() {
         assert_eq!(parse_scope("tool").unwrap(), (vec![ItemKind::Tool], None));
-        assert_eq!(parse_scope("tool.rye.core.*").unwrap(), (vec![ItemKind::Tool], Some("rye/core".into())));
-        assert_eq!(parse_scope("rye.search.directive.*").unwrap(), (vec![ItemKind::Directive], None));
+        assert_eq!(
+            parse_scope("tool.rye.core.*").unwrap(),
+            (vec![ItemKind::Tool], Some("rye/core".into()))
+        );
+        assert_eq!(
+            parse_scope("rye.search.directive.*").unwrap(),
+            (vec![ItemKind::Directive], None)
+        );
         assert_eq!(parse_scope("all").unwrap().0.len(), 3);
         for bad in ["", "rye.search.", "config", "widget.x"] {
             assert!(parse_scope(bad).is_err(), "{bad}");

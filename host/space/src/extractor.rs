@@ -76,7 +76,9 @@ impl Extractor {
                     crate::validate_plugin_name(&name).map_err(|e| bad(e.to_string()))?;
                     Ok((ext, name))
                 }
-                other => Err(bad(format!("parser for {ext:?} must be a name, found {other}"))),
+                other => Err(bad(format!(
+                    "parser for {ext:?} must be a name, found {other}"
+                ))),
             })
             .collect::<Result<_, _>>()?;
         if let Some(name) = &file.parser {
@@ -87,7 +89,9 @@ impl Extractor {
             .into_iter()
             .map(|(field, weight)| match weight.as_f64() {
                 Some(w) if w >= 0.0 => Ok((field, w)),
-                _ => Err(bad(format!("search weight of {field:?} must be a non-negative number"))),
+                _ => Err(bad(format!(
+                    "search weight of {field:?} must be a non-negative number"
+                ))),
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
@@ -181,12 +185,21 @@ mod tests {
 
     #[test]
     fn rejects_bad_data_naming_the_file() {
-        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("t.yaml"), "extensions: ['py']\n").unwrap_err();
-        assert!(err.to_string().starts_with("t.yaml: extension \"py\""), "{err}");
-        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("t.yaml"), "extensions: [\n").unwrap_err();
-        assert!(err.to_string().contains("invalid YAML at line"), "{err}");
-        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("t.yaml"), "extensions: ['.py']\nparser: ../x\n")
+        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("t.yaml"), "extensions: ['py']\n")
             .unwrap_err();
+        assert!(
+            err.to_string().starts_with("t.yaml: extension \"py\""),
+            "{err}"
+        );
+        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("t.yaml"), "extensions: [\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid YAML at line"), "{err}");
+        let err = Extractor::from_yaml(
+            ItemKind::Tool,
+            Path::new("t.yaml"),
+            "extensions: ['.py']\nparser: ../x\n",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("'..'"), "{err}");
     }
 }

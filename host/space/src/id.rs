@@ -64,7 +64,18 @@ mod tests {
 
     #[test]
     fn rejects_escapes() {
-        for id in ["", "/etc/passwd", "../x", "a/../b", "a//b", "a/", "a\\b", ".hidden", "a/./b", "a\0b"] {
+        for id in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "a/",
+            "a\\b",
+            ".hidden",
+            "a/./b",
+            "a\0b",
+        ] {
             assert!(validate_id(id).is_err(), "{id:?}");
         }
     }

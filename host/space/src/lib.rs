@@ -22,13 +22,14 @@ pub mod query;
 mod resolve;
 mod space;
 mod stamp;
+mod walk;
 mod yaml;
 
 pub use error::SpaceError;
-pub use extractor::{Extractor, Extractors, EXTRACTORS_DIR};
+pub use extractor::{EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
 pub use kind::ItemKind;
-pub use resolve::{Listed, Location, Resolved};
+pub use resolve::{Listed, Location, Resolved, extension_of};
 pub use space::{Space, SpaceRoot, Spaces};
 pub use stamp::FileStamp;
 pub use yaml::parse_yaml;

@@ -111,7 +111,11 @@ impl Parser {
             self.pos += 1;
             parts.push(self.and()?);
         }
-        Ok(if parts.len() == 1 { parts.remove(0) } else { Node::Or(parts) })
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Node::Or(parts)
+        })
     }
 
     fn and(&mut self) -> Result<Node, QueryError> {
@@ -122,11 +126,17 @@ impl Parser {
                     self.pos += 1;
                     parts.push(self.not()?);
                 }
-                Some(Token::Word(_) | Token::Phrase(_) | Token::Open | Token::Not) => parts.push(self.not()?),
+                Some(Token::Word(_) | Token::Phrase(_) | Token::Open | Token::Not) => {
+                    parts.push(self.not()?)
+                }
                 _ => break,
             }
         }
-        Ok(if parts.len() == 1 { parts.remove(0) } else { Node::And(parts) })
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Node::And(parts)
+        })
     }
 
     fn not(&mut self) -> Result<Node, QueryError> {
@@ -152,9 +162,9 @@ impl Parser {
             Some(Token::Word(w)) if w.contains(['*', '?']) => Ok(Node::Wildcard(w)),
             Some(Token::Word(w)) | Some(Token::Phrase(w)) => Ok(Node::Term(w)),
             Some(Token::Close) => Err(QueryError("a ')' has no matching '('".into())),
-            Some(Token::And | Token::Or | Token::Not) | None => {
-                Err(QueryError("an operator (AND, OR, NOT) is missing a term".into()))
-            }
+            Some(Token::And | Token::Or | Token::Not) | None => Err(QueryError(
+                "an operator (AND, OR, NOT) is missing a term".into(),
+            )),
         }
     }
 }
@@ -191,21 +201,33 @@ impl Query {
     /// share of fields that match it on their own, rounded to 4 places
     /// (1.0 for the empty query).
     pub fn score(&self, fields: &[(f64, &str)]) -> Option<f64> {
-        let Some(root) = &self.root else { return Some(1.0) };
         let joined: String = fields
             .iter()
             .filter(|(_, t)| !t.is_empty())
             .map(|(_, t)| *t)
             .collect::<Vec<_>>()
             .join(" ");
-        if !root.matches(&joined) {
+        self.score_joined(&joined, fields)
+    }
+
+    /// [`Query::score`] with the text to match already joined, for callers
+    /// that keep it.
+    pub fn score_joined(&self, joined: &str, fields: &[(f64, &str)]) -> Option<f64> {
+        let Some(root) = &self.root else {
+            return Some(1.0);
+        };
+        if !root.matches(joined) {
             return None;
         }
         let total: f64 = fields.iter().map(|(w, _)| w).sum();
         if total <= 0.0 {
             return Some(0.0);
         }
-        let hit: f64 = fields.iter().filter(|(_, t)| root.matches(t)).map(|(w, _)| w).sum();
+        let hit: f64 = fields
+            .iter()
+            .filter(|(_, t)| root.matches(t))
+            .map(|(w, _)| w)
+            .sum();
         Some(((hit / total).min(1.0) * 10_000.0).round() / 10_000.0)
     }
 }
@@ -223,7 +245,8 @@ impl Node {
 }
 
 fn words(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty())
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
 }
 
 /// `*` matches any run, `?` any one byte.

@@ -13,7 +13,11 @@ pub fn parse_yaml<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, Spa
     serde_yaml_ng::from_str(text).map_err(|e| SpaceError::Data {
         path: path.to_owned(),
         message: match e.location() {
-            Some(at) => format!("invalid YAML at line {}, column {}: {e}", at.line(), at.column()),
+            Some(at) => format!(
+                "invalid YAML at line {}, column {}: {e}",
+                at.line(),
+                at.column()
+            ),
             None => format!("invalid YAML: {e}"),
         },
     })

@@ -105,7 +105,10 @@ mod tests {
             "parsers/python/ast.wasm",
             "parsers/markdown/xml.wasm",
         ] {
-            assert!(names.contains(&expected), "{expected} missing from {names:?}");
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
         }
     }
 

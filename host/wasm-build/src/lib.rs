@@ -57,7 +57,9 @@ pub fn build_workspace(manifest: &Path) -> Vec<Component> {
     println!("cargo:rerun-if-changed={}", lock.display());
 
     let mut cargo = guest_cargo();
+    // Run from the guest workspace so its own `.cargo/config.toml` applies.
     cargo
+        .current_dir(manifest.parent().expect("a manifest has a folder"))
         .arg("build")
         .arg("--release")
         .arg("--target")
@@ -83,7 +85,12 @@ pub fn build_workspace(manifest: &Path) -> Vec<Component> {
         .into_iter()
         .map(|p| {
             let wasm = out.join(format!("{}.wasm", p.lib_name));
-            assert!(wasm.is_file(), "cargo built {} but {} is missing", p.name, wasm.display());
+            assert!(
+                wasm.is_file(),
+                "cargo built {} but {} is missing",
+                p.name,
+                wasm.display()
+            );
             Component {
                 package: p.name,
                 wasm,
@@ -102,7 +109,13 @@ struct Package {
 
 fn cdylib_packages(manifest: &Path) -> Vec<Package> {
     let output = guest_cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
         .arg(manifest)
         .output()
         .unwrap_or_else(|e| panic!("failed to run cargo metadata: {e}"));

@@ -22,7 +22,10 @@ pub fn strip_comment_line(content: &str) -> &str {
         && let Some(end) = content.find("-->")
     {
         let rest = &content[end + 3..];
-        return rest.strip_prefix("\r\n").or_else(|| rest.strip_prefix('\n')).unwrap_or(rest);
+        return rest
+            .strip_prefix("\r\n")
+            .or_else(|| rest.strip_prefix('\n'))
+            .unwrap_or(rest);
     }
     content
 }

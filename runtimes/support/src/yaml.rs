@@ -15,11 +15,9 @@ pub fn to_json(text: &str, line_offset: u32) -> Result<Value, ParseError> {
     let yaml: Yaml = serde_yaml_ng::from_str(text).map_err(|e| {
         let message = format!("invalid YAML: {e}");
         match e.location() {
-            Some(at) => ParseError::syntax_at(
-                message,
-                at.line() as u32 + line_offset,
-                at.column() as u32,
-            ),
+            Some(at) => {
+                ParseError::syntax_at(message, at.line() as u32 + line_offset, at.column() as u32)
+            }
             None => ParseError::syntax(message),
         }
     })?;
@@ -32,7 +30,10 @@ pub fn mapping(text: &str, line_offset: u32) -> Result<Map<String, Value>, Parse
         Value::Object(map) => Ok(map),
         Value::Null => Ok(Map::new()),
         other => Err(ParseError::structure_at(
-            format!("expected a YAML mapping of keys to values, found {}", kind(&other)),
+            format!(
+                "expected a YAML mapping of keys to values, found {}",
+                kind(&other)
+            ),
             line_offset + 1,
             1,
         )),
@@ -56,7 +57,9 @@ fn convert(yaml: Yaml) -> Result<Value, ParseError> {
         Yaml::Bool(b) => Value::Bool(b),
         Yaml::Number(n) => number(&n)?,
         Yaml::String(s) => Value::String(s),
-        Yaml::Sequence(items) => Value::Array(items.into_iter().map(convert).collect::<Result<_, _>>()?),
+        Yaml::Sequence(items) => {
+            Value::Array(items.into_iter().map(convert).collect::<Result<_, _>>()?)
+        }
         Yaml::Mapping(entries) => {
             let mut map = Map::new();
             for (key, value) in entries {
@@ -109,7 +112,9 @@ mod tests {
 
     #[test]
     fn errors_carry_offset_lines() {
-        let Err(ParseError::Syntax(e)) = to_json("a: 1\nb: [\n", 10) else { panic!() };
+        let Err(ParseError::Syntax(e)) = to_json("a: 1\nb: [\n", 10) else {
+            panic!()
+        };
         assert!(e.at.unwrap().line > 10);
     }
 

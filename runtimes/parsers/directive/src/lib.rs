@@ -39,6 +39,10 @@ impl Parser for Directive {
 rye_guest::export_parser!(Directive);
 
 const PRIMARY_ACTIONS: &[&str] = &["search", "load", "execute", "sign", "fetch"];
+
+/// How deeply elements may nest. Real directives use a handful of levels;
+/// the bound keeps the component's stack small.
+const MAX_DEPTH: u32 = 64;
 const VERBATIM: &[&str] = &["template", "example", "raw"];
 
 /// Parses a directive file.
@@ -51,7 +55,9 @@ pub fn parse_directive(content: &str) -> Result<Parsed, ParseError> {
             "no ```xml block was found; a directive keeps its <directive> element in one",
         )
     })?;
-    let line_offset = content[..rest_offset + fence.inner_start].matches('\n').count() as u32;
+    let line_offset = content[..rest_offset + fence.inner_start]
+        .matches('\n')
+        .count() as u32;
 
     let (masked, verbatim) = mask_verbatim(fence.inner);
     let options = roxmltree::ParsingOptions {
@@ -64,9 +70,14 @@ pub fn parse_directive(content: &str) -> Result<Parsed, ParseError> {
         // reported one is in the file.
         let text = e.to_string();
         let message = text.rsplit_once(" at ").map_or(text.as_str(), |(m, _)| m);
-        ParseError::syntax_at(format!("invalid XML: {message}"), pos.row + line_offset, pos.col)
+        ParseError::syntax_at(
+            format!("invalid XML: {message}"),
+            pos.row + line_offset,
+            pos.col,
+        )
     })?;
 
+    check_depth(&doc, line_offset)?;
     let mut reader = Reader {
         doc: &doc,
         line_offset,
@@ -74,13 +85,49 @@ pub fn parse_directive(content: &str) -> Result<Parsed, ParseError> {
         diagnostics: Vec::new(),
     };
     let mut document = reader.directive(doc.root_element())?;
-    document.insert("preamble".into(), Value::String(rest[..fence.start].trim().to_owned()));
-    document.insert("body".into(), Value::String(rest[fence.end..].trim().to_owned()));
-    document.insert("content".into(), Value::String(fence.inner.trim().to_owned()));
+    document.insert(
+        "preamble".into(),
+        Value::String(rest[..fence.start].trim().to_owned()),
+    );
+    document.insert(
+        "body".into(),
+        Value::String(rest[fence.end..].trim().to_owned()),
+    );
+    document.insert(
+        "content".into(),
+        Value::String(fence.inner.trim().to_owned()),
+    );
     Ok(Parsed {
         document,
         diagnostics: reader.diagnostics,
     })
+}
+
+/// Refuses documents nested deeper than [`MAX_DEPTH`], without recursing.
+fn check_depth(doc: &roxmltree::Document, line_offset: u32) -> Result<(), ParseError> {
+    // Nodes come in document order, parents before children, so one pass
+    // with a depth per node id suffices.
+    let mut depths: Vec<u32> = Vec::new();
+    for node in doc.descendants() {
+        let index = node.id().get_usize();
+        let parent = node
+            .parent()
+            .map_or(0, |p| depths.get(p.id().get_usize()).copied().unwrap_or(0));
+        let depth = parent + u32::from(node.is_element());
+        if depths.len() <= index {
+            depths.resize(index + 1, 0);
+        }
+        depths[index] = depth;
+        if depth > MAX_DEPTH {
+            let pos = doc.text_pos_at(node.range().start);
+            return Err(ParseError::structure_at(
+                format!("elements nest more than {MAX_DEPTH} levels deep"),
+                pos.row + line_offset,
+                pos.col,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Replaces the content of verbatim elements with placeholders holding as
@@ -91,14 +138,18 @@ fn mask_verbatim(xml: &str) -> (String, Vec<String>) {
     let mut texts = Vec::new();
     let mut rest = xml;
     while let Some((open_at, tag)) = next_verbatim_open(rest) {
-        let Some(gt) = rest[open_at..].find('>').map(|i| open_at + i) else { break };
+        let Some(gt) = rest[open_at..].find('>').map(|i| open_at + i) else {
+            break;
+        };
         if rest[..gt].ends_with('/') {
             out.push_str(&rest[..=gt]);
             rest = &rest[gt + 1..];
             continue;
         }
         let close = format!("</{tag}>");
-        let Some(close_at) = rest[gt + 1..].find(&close).map(|i| gt + 1 + i) else { break };
+        let Some(close_at) = rest[gt + 1..].find(&close).map(|i| gt + 1 + i) else {
+            break;
+        };
         let inner = &rest[gt + 1..close_at];
         out.push_str(&rest[..=gt]);
         out.push_str(&format!("\u{E000}{}\u{E000}", texts.len()));
@@ -150,14 +201,18 @@ impl<'a, 'input> Reader<'a, 'input> {
 
     fn warn(&mut self, node: Node, rule: &str, message: String) {
         let (line, col) = self.position(node);
-        self.diagnostics.push(Diagnostic::warning(rule, message).at(line, col));
+        self.diagnostics
+            .push(Diagnostic::warning(rule, message).at(line, col));
     }
 
     fn directive(&mut self, root: Node<'a, 'input>) -> Result<Map<String, Value>, ParseError> {
         if root.tag_name().name() != "directive" {
             return Err(self.structure(
                 root,
-                format!("the XML block's root element is <{}>; it must be <directive>", root.tag_name().name()),
+                format!(
+                    "the XML block's root element is <{}>; it must be <directive>",
+                    root.tag_name().name()
+                ),
             ));
         }
         let name = root
@@ -188,7 +243,9 @@ impl<'a, 'input> Reader<'a, 'input> {
                     self.insert(&mut doc, child, "process", steps);
                 }
                 "success_criteria" => {
-                    let criteria = elements(child).map(|c| Value::String(self.text(c))).collect();
+                    let criteria = elements(child)
+                        .map(|c| Value::String(self.text(c)))
+                        .collect();
                     self.insert(&mut doc, child, "success_criteria", Value::Array(criteria));
                 }
                 _ => {
@@ -208,13 +265,21 @@ impl<'a, 'input> Reader<'a, 'input> {
     /// gets a warning instead of a silent overwrite.
     fn insert(&mut self, doc: &mut Map<String, Value>, node: Node, key: &str, value: Value) {
         if doc.contains_key(key) {
-            self.warn(node, "directive/duplicate-key", format!("<{key}> repeats a key already set; the first is kept"));
+            self.warn(
+                node,
+                "directive/duplicate-key",
+                format!("<{key}> repeats a key already set; the first is kept"),
+            );
         } else {
             doc.insert(key.into(), value);
         }
     }
 
-    fn metadata(&mut self, metadata: Node<'a, 'input>, doc: &mut Map<String, Value>) -> Result<(), ParseError> {
+    fn metadata(
+        &mut self,
+        metadata: Node<'a, 'input>,
+        doc: &mut Map<String, Value>,
+    ) -> Result<(), ParseError> {
         for child in elements(metadata) {
             let tag = child.tag_name().name();
             match tag {
@@ -285,7 +350,10 @@ impl<'a, 'input> Reader<'a, 'input> {
             let tag = child.tag_name().name();
             if tag == "acknowledge" {
                 let mut risk = Map::new();
-                risk.insert("risk".into(), child.attribute("risk").unwrap_or_default().into());
+                risk.insert(
+                    "risk".into(),
+                    child.attribute("risk").unwrap_or_default().into(),
+                );
                 risk.insert("reason".into(), self.text(child).into());
                 risks.push(Value::Object(risk));
                 continue;
@@ -295,7 +363,11 @@ impl<'a, 'input> Reader<'a, 'input> {
                     child,
                     format!(
                         "<permissions> cannot hold <{tag}>; it takes {} and <acknowledge>",
-                        PRIMARY_ACTIONS.iter().map(|a| format!("<{a}>")).collect::<Vec<_>>().join(", ")
+                        PRIMARY_ACTIONS
+                            .iter()
+                            .map(|a| format!("<{a}>"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
@@ -308,7 +380,11 @@ impl<'a, 'input> Reader<'a, 'input> {
                 }));
             }
             for target in targets {
-                caps.push(cap(format!("rye.{tag}.{}.{}", target.tag_name().name(), self.text(target))));
+                caps.push(cap(format!(
+                    "rye.{tag}.{}.{}",
+                    target.tag_name().name(),
+                    self.text(target)
+                )));
             }
         }
         Ok((Value::Array(caps), Value::Array(risks)))
@@ -318,12 +394,20 @@ impl<'a, 'input> Reader<'a, 'input> {
         let mut list = Vec::new();
         for field in elements(node) {
             let name = field.attribute("name").ok_or_else(|| {
-                self.structure(field, format!("<{}> has no name attribute", field.tag_name().name()))
+                self.structure(
+                    field,
+                    format!("<{}> has no name attribute", field.tag_name().name()),
+                )
             })?;
             let mut entry = Map::new();
             entry.insert("name".into(), name.into());
-            entry.insert("type".into(), field.attribute("type").unwrap_or("string").into());
-            let required = field.attribute("required").is_some_and(|r| r.eq_ignore_ascii_case("true"));
+            entry.insert(
+                "type".into(),
+                field.attribute("type").unwrap_or("string").into(),
+            );
+            let required = field
+                .attribute("required")
+                .is_some_and(|r| r.eq_ignore_ascii_case("true"));
             entry.insert("required".into(), required.into());
             if with_default && let Some(default) = field.attribute("default") {
                 entry.insert("default".into(), default.into());
@@ -381,7 +465,11 @@ impl<'a, 'input> Reader<'a, 'input> {
             }
         }
         for (tag, mut values) in groups {
-            let value = if values.len() == 1 { values.remove(0) } else { Value::Array(values) };
+            let value = if values.len() == 1 {
+                values.remove(0)
+            } else {
+                Value::Array(values)
+            };
             map.insert(tag, value);
         }
         let text = self.restore(direct_text(node).trim());
@@ -393,7 +481,11 @@ impl<'a, 'input> Reader<'a, 'input> {
 
     /// All text inside `node`, verbatim sections restored, trimmed.
     fn text(&self, node: Node) -> String {
-        let text: String = node.descendants().filter(Node::is_text).filter_map(|t| t.text()).collect();
+        let text: String = node
+            .descendants()
+            .filter(Node::is_text)
+            .filter_map(|t| t.text())
+            .collect();
         self.restore(text.trim())
     }
 
@@ -405,7 +497,11 @@ impl<'a, 'input> Reader<'a, 'input> {
         let mut parts = text.split('\u{E000}');
         out.push_str(parts.next().unwrap_or_default());
         while let (Some(index), Some(after)) = (parts.next(), parts.next()) {
-            if let Some(original) = index.parse::<usize>().ok().and_then(|i| self.verbatim.get(i)) {
+            if let Some(original) = index
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| self.verbatim.get(i))
+            {
                 out.push_str(original);
             }
             out.push_str(after.trim_start_matches('\n'));
@@ -426,10 +522,17 @@ impl<'a, 'input> Reader<'a, 'input> {
                 let mut params = Map::new();
                 for param in elements(child).filter(|p| p.tag_name().name() == "param") {
                     let Some(name) = param.attribute("name") else {
-                        self.warn(param, "directive/param-without-name", "<param> has no name attribute".into());
+                        self.warn(
+                            param,
+                            "directive/param-without-name",
+                            "<param> has no name attribute".into(),
+                        );
                         continue;
                     };
-                    let value = param.attribute("value").map(str::to_owned).unwrap_or_else(|| self.text(param));
+                    let value = param
+                        .attribute("value")
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| self.text(param));
                     params.insert(name.into(), value.into());
                 }
                 action.insert("params".into(), Value::Object(params));
@@ -445,11 +548,16 @@ fn elements<'a, 'input>(node: Node<'a, 'input>) -> impl Iterator<Item = Node<'a,
 }
 
 fn direct_text(node: Node) -> String {
-    node.children().filter(Node::is_text).filter_map(|t| t.text()).collect()
+    node.children()
+        .filter(Node::is_text)
+        .filter_map(|t| t.text())
+        .collect()
 }
 
 fn attributes(node: Node) -> Map<String, Value> {
-    node.attributes().map(|a| (a.name().to_owned(), Value::from(a.value()))).collect()
+    node.attributes()
+        .map(|a| (a.name().to_owned(), Value::from(a.value())))
+        .collect()
 }
 
 /// Numbers where the text is numeric, else the text.
@@ -523,7 +631,10 @@ Follow the steps.
             d["permissions"],
             json!([{"tag": "cap", "content": "rye.execute.tool.rye.bash.*"}, {"tag": "cap", "content": "rye.search.*"}])
         );
-        assert_eq!(d["acknowledged_risks"], json!([{"risk": "network", "reason": "Needs the registry"}]));
+        assert_eq!(
+            d["acknowledged_risks"],
+            json!([{"risk": "network", "reason": "Needs the registry"}])
+        );
         assert_eq!(
             d["inputs"],
             json!([
@@ -532,7 +643,10 @@ Follow the steps.
             ])
         );
         assert_eq!(d["process"][0]["name"], "build");
-        assert_eq!(d["process"][1]["template"], "Deployed {env} <at> once & for all");
+        assert_eq!(
+            d["process"][1]["template"],
+            "Deployed {env} <at> once & for all"
+        );
         assert_eq!(d["success_criteria"], json!(["Service answers"]));
         assert_eq!(
             d["actions"],
@@ -545,19 +659,41 @@ Follow the steps.
     #[test]
     fn xml_errors_point_into_the_file() {
         let text = "```xml\n<directive name=\"x\">\n  <metadata>\n</directive>\n```\n";
-        let Err(ParseError::Syntax(e)) = parse_directive(text) else { panic!() };
+        let Err(ParseError::Syntax(e)) = parse_directive(text) else {
+            panic!()
+        };
         assert_eq!(e.at.map(|p| p.line), Some(4), "{}", e.message);
     }
 
     #[test]
+    fn deep_nesting_is_refused_with_its_line() {
+        let depth = MAX_DEPTH as usize + 5;
+        let text = format!(
+            "```xml\n<directive name=\"x\">\n{}{}\n</directive>\n```\n",
+            "<a>".repeat(depth),
+            "</a>".repeat(depth)
+        );
+        let Err(ParseError::Structure(e)) = parse_directive(&text) else {
+            panic!()
+        };
+        assert!(e.message.contains("levels deep"));
+        assert_eq!(e.at.map(|p| p.line), Some(3));
+    }
+
+    #[test]
     fn missing_block_is_a_structure_error() {
-        assert!(matches!(parse_directive("# nothing\n"), Err(ParseError::Structure(_))));
+        assert!(matches!(
+            parse_directive("# nothing\n"),
+            Err(ParseError::Structure(_))
+        ));
     }
 
     #[test]
     fn unknown_permission_is_rejected_with_its_line() {
         let text = "```xml\n<directive name=\"x\"><metadata><permissions>\n<read path=\"*\"/>\n</permissions></metadata></directive>\n```\n";
-        let Err(ParseError::Structure(e)) = parse_directive(text) else { panic!() };
+        let Err(ParseError::Structure(e)) = parse_directive(text) else {
+            panic!()
+        };
         assert_eq!(e.at.map(|p| p.line), Some(3));
         assert!(e.message.contains("<read>"));
     }

@@ -39,8 +39,20 @@ const PUNCTUATORS: &[&str] = &[
 
 /// Keywords after which a `/` starts a regular expression, not a division.
 const BEFORE_REGEX: &[&str] = &[
-    "return", "typeof", "case", "do", "else", "in", "of", "new", "delete", "void", "throw",
-    "instanceof", "yield", "await",
+    "return",
+    "typeof",
+    "case",
+    "do",
+    "else",
+    "in",
+    "of",
+    "new",
+    "delete",
+    "void",
+    "throw",
+    "instanceof",
+    "yield",
+    "await",
 ];
 
 pub fn tokenize(src: &str) -> Result<Vec<Token>, LexError> {
@@ -145,7 +157,9 @@ impl Lexer<'_> {
                 }
                 '"' | '\'' => Tok::Str(self.string()?),
                 '`' => self.template()?,
-                c if c.is_ascii_digit() || (c == '.' && self.peek_at(1).is_some_and(|d| d.is_ascii_digit())) => {
+                c if c.is_ascii_digit()
+                    || (c == '.' && self.peek_at(1).is_some_and(|d| d.is_ascii_digit())) =>
+                {
                     Tok::Num(self.number())
                 }
                 c if is_ident_start(c) => {
@@ -276,7 +290,13 @@ impl Lexer<'_> {
         loop {
             match self.bump() {
                 None => return self.error("unterminated template literal", line, col),
-                Some('`') => return Ok(if substituted { Tok::Template } else { Tok::Str(text) }),
+                Some('`') => {
+                    return Ok(if substituted {
+                        Tok::Template
+                    } else {
+                        Tok::Str(text)
+                    });
+                }
                 Some('\\') => self.escape(&mut text, line, col)?,
                 Some('$') if self.peek() == Some('{') => {
                     self.bump();
@@ -319,7 +339,9 @@ impl Lexer<'_> {
         let mut class = false;
         loop {
             match self.bump() {
-                None | Some('\n') => return self.error("unterminated regular expression", line, col),
+                None | Some('\n') => {
+                    return self.error("unterminated regular expression", line, col);
+                }
                 Some('\\') => {
                     self.bump();
                 }
@@ -376,6 +398,9 @@ mod tests {
 
     #[test]
     fn escapes() {
-        assert_eq!(toks(r"'\u{1F600}\x41\ud83d\ude00'")[0], Tok::Str("😀A😀".into()));
+        assert_eq!(
+            toks(r"'\u{1F600}\x41\ud83d\ude00'")[0],
+            Tok::Str("😀A😀".into())
+        );
     }
 }

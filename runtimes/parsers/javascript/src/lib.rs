@@ -47,14 +47,17 @@ rye_guest::export_parser!(JavaScript);
 /// Parses JavaScript or TypeScript source into the metadata document.
 pub fn parse_source(source: &str) -> Result<Parsed, ParseError> {
     let source = source.strip_prefix('\u{feff}').unwrap_or(source);
-    let tokens = lexer::tokenize(source).map_err(|e| ParseError::syntax_at(e.message, e.line, e.col))?;
+    let tokens =
+        lexer::tokenize(source).map_err(|e| ParseError::syntax_at(e.message, e.line, e.col))?;
     let mut document = Map::new();
     let mut diagnostics = Vec::new();
 
     let mut depth = 0i32;
     let mut i = 0;
     while i < tokens.len() {
-        if depth == 0 && let Some(end) = declaration(&tokens, i, &mut document, &mut diagnostics) {
+        if depth == 0
+            && let Some(end) = declaration(&tokens, i, &mut document, &mut diagnostics)
+        {
             i = end;
             continue;
         }
@@ -93,7 +96,9 @@ fn declaration(
     i += 1;
     loop {
         let name_token = tokens.get(i)?;
-        let Tok::Ident(name) = &name_token.tok else { return Some(i) };
+        let Tok::Ident(name) = &name_token.tok else {
+            return Some(i);
+        };
         i += 1;
         if punct(tokens, i) == Some(":") {
             i = skip_type(tokens, i + 1)?;
@@ -103,7 +108,11 @@ fn declaration(
         }
         i += 1;
         let value_start = i;
-        let mut p = LiteralParser { tokens, pos: i };
+        let mut p = LiteralParser {
+            tokens,
+            pos: i,
+            depth: 0,
+        };
         let value = p.value();
         i = p.pos;
         if ident(tokens, i) == Some("as") && ident(tokens, i + 1) == Some("const") {
@@ -173,9 +182,14 @@ fn punct(tokens: &[Token], i: usize) -> Option<&'static str> {
     }
 }
 
+/// How deeply array and object literals may nest before a value stops
+/// counting as metadata; the bound keeps the component's stack small.
+const MAX_DEPTH: usize = 100;
+
 struct LiteralParser<'t> {
     tokens: &'t [Token],
     pos: usize,
+    depth: usize,
 }
 
 impl LiteralParser<'_> {
@@ -188,6 +202,16 @@ impl LiteralParser<'_> {
     }
 
     fn value(&mut self) -> Option<Value> {
+        if self.depth >= MAX_DEPTH {
+            return None;
+        }
+        self.depth += 1;
+        let value = self.value_inner();
+        self.depth -= 1;
+        value
+    }
+
+    fn value_inner(&mut self) -> Option<Value> {
         let tok = self.tokens.get(self.pos)?.tok.clone();
         self.pos += 1;
         match tok {
@@ -319,12 +343,17 @@ for (const x of [1]) {}
 
     #[test]
     fn expressions_after_a_literal_are_not_literals() {
-        assert_eq!(doc("const A = 1 + 2;\nconst B = 'x'.repeat(2)\n"), json!({}));
+        assert_eq!(
+            doc("const A = 1 + 2;\nconst B = 'x'.repeat(2)\n"),
+            json!({})
+        );
     }
 
     #[test]
     fn syntax_errors_carry_position() {
-        let Err(ParseError::Syntax(e)) = parse_source("const A = 1;\nconst B = 'oops\n") else { panic!() };
+        let Err(ParseError::Syntax(e)) = parse_source("const A = 1;\nconst B = 'oops\n") else {
+            panic!()
+        };
         assert_eq!(e.at.map(|p| (p.line, p.column)), Some((2, 11)));
     }
 }

@@ -110,18 +110,26 @@ mod tests {
     #[test]
     fn fenced_metadata() {
         let text = "<!-- rye:signed:x -->\n```yaml\nname: retry\ntags: [a, b]\n```\n\nRetry at most 3 times.\n";
-        assert_eq!(doc(text), json!({"name": "retry", "tags": ["a", "b"], "body": "Retry at most 3 times."}));
+        assert_eq!(
+            doc(text),
+            json!({"name": "retry", "tags": ["a", "b"], "body": "Retry at most 3 times."})
+        );
     }
 
     #[test]
     fn legacy_front_matter() {
         let text = "---\nid: x\ntitle: T\n---\n# Heading\n";
-        assert_eq!(doc(text), json!({"id": "x", "title": "T", "body": "# Heading"}));
+        assert_eq!(
+            doc(text),
+            json!({"id": "x", "title": "T", "body": "# Heading"})
+        );
     }
 
     #[test]
     fn yaml_errors_point_into_the_file() {
-        let Err(ParseError::Syntax(e)) = parse_knowledge("<!-- s -->\n```yaml\nname: [\n```\n", false) else {
+        let Err(ParseError::Syntax(e)) =
+            parse_knowledge("<!-- s -->\n```yaml\nname: [\n```\n", false)
+        else {
             panic!()
         };
         assert!(e.at.unwrap().line >= 3, "{e:?}");
@@ -131,12 +139,18 @@ mod tests {
     fn no_metadata_is_all_body_with_a_warning() {
         let parsed = parse_knowledge("# Just notes\n", false).unwrap();
         assert_eq!(parsed.diagnostics.len(), 1);
-        assert_eq!(Value::Object(parsed.document), json!({"body": "# Just notes"}));
+        assert_eq!(
+            Value::Object(parsed.document),
+            json!({"body": "# Just notes"})
+        );
     }
 
     #[test]
     fn yaml_entry() {
         let parsed = parse_knowledge("<!-- s -->\nname: x\ntitle: y\n", true).unwrap();
-        assert_eq!(Value::Object(parsed.document), json!({"name": "x", "title": "y"}));
+        assert_eq!(
+            Value::Object(parsed.document),
+            json!({"name": "x", "title": "y"})
+        );
     }
 }

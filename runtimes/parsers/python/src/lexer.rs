@@ -50,52 +50,113 @@ pub struct LexError {
     pub col: u32,
 }
 
-const OPERATORS: &[&str] = &[
-    "**=", "//=", ">>=", "<<=", "...", "->", ":=", "==", "!=", "<=", ">=", "**", "//", "<<", ">>",
-    "+=", "-=", "*=", "/=", "%=", "@=", "&=", "|=", "^=", "(", ")", "[", "]", "{", "}", ",", ":",
-    ";", ".", "=", "+", "-", "*", "/", "%", "@", "&", "|", "^", "~", "<", ">", "!",
-];
+/// The operator at the start of `rest`, longest first.
+fn operator(b: &[u8]) -> Option<&'static str> {
+    let at = |i: usize| b.get(i).copied().unwrap_or(0);
+    let (c0, c1, c2) = (at(0), at(1), at(2));
+    Some(match (c0, c1, c2) {
+        (b'*', b'*', b'=') => "**=",
+        (b'/', b'/', b'=') => "//=",
+        (b'>', b'>', b'=') => ">>=",
+        (b'<', b'<', b'=') => "<<=",
+        (b'.', b'.', b'.') => "...",
+        (b'-', b'>', _) => "->",
+        (b':', b'=', _) => ":=",
+        (b'=', b'=', _) => "==",
+        (b'!', b'=', _) => "!=",
+        (b'<', b'=', _) => "<=",
+        (b'>', b'=', _) => ">=",
+        (b'*', b'*', _) => "**",
+        (b'/', b'/', _) => "//",
+        (b'<', b'<', _) => "<<",
+        (b'>', b'>', _) => ">>",
+        (b'+', b'=', _) => "+=",
+        (b'-', b'=', _) => "-=",
+        (b'*', b'=', _) => "*=",
+        (b'/', b'=', _) => "/=",
+        (b'%', b'=', _) => "%=",
+        (b'@', b'=', _) => "@=",
+        (b'&', b'=', _) => "&=",
+        (b'|', b'=', _) => "|=",
+        (b'^', b'=', _) => "^=",
+        (b'(', _, _) => "(",
+        (b')', _, _) => ")",
+        (b'[', _, _) => "[",
+        (b']', _, _) => "]",
+        (b'{', _, _) => "{",
+        (b'}', _, _) => "}",
+        (b',', _, _) => ",",
+        (b':', _, _) => ":",
+        (b';', _, _) => ";",
+        (b'.', _, _) => ".",
+        (b'=', _, _) => "=",
+        (b'+', _, _) => "+",
+        (b'-', _, _) => "-",
+        (b'*', _, _) => "*",
+        (b'/', _, _) => "/",
+        (b'%', _, _) => "%",
+        (b'@', _, _) => "@",
+        (b'&', _, _) => "&",
+        (b'|', _, _) => "|",
+        (b'^', _, _) => "^",
+        (b'~', _, _) => "~",
+        (b'<', _, _) => "<",
+        (b'>', _, _) => ">",
+        (b'!', _, _) => "!",
+        _ => return None,
+    })
+}
 
 struct Lexer<'a> {
     src: &'a str,
+    bytes: &'a [u8],
     pos: usize,
     line: u32,
     col: u32,
 }
 
-pub fn logical_lines(src: &str) -> Result<Vec<LogicalLine>, LexError> {
+/// Calls `each` with every logical line in order, so memory stays bounded
+/// by the longest line rather than the file.
+pub fn logical_lines(src: &str, each: impl FnMut(LogicalLine)) -> Result<(), LexError> {
     let mut lx = Lexer {
         src,
+        bytes: src.as_bytes(),
         pos: 0,
         line: 1,
         col: 1,
     };
-    lx.run()
+    lx.run(each)
 }
 
+/// Scanning works on bytes: every delimiter is ASCII, and a UTF-8
+/// continuation byte never looks like one. Columns count characters.
 impl<'a> Lexer<'a> {
-    fn peek(&self) -> Option<char> {
-        self.src[self.pos..].chars().next()
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
     }
 
-    fn peek_at(&self, n: usize) -> Option<char> {
-        self.src[self.pos..].chars().nth(n)
+    fn peek_at(&self, n: usize) -> Option<u8> {
+        self.bytes.get(self.pos + n).copied()
     }
 
-    fn rest(&self) -> &'a str {
-        &self.src[self.pos..]
+    fn rest(&self) -> &'a [u8] {
+        &self.bytes[self.pos..]
     }
 
-    fn bump(&mut self) -> Option<char> {
-        let c = self.peek()?;
-        self.pos += c.len_utf8();
-        if c == '\n' {
+    fn bump(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        if b == b'\n' {
             self.line += 1;
             self.col = 1;
-        } else {
+        } else if b & 0xC0 != 0x80 {
             self.col += 1;
         }
-        Some(c)
+        Some(b)
+    }
+
+    fn char_here(&self) -> char {
+        self.src[self.pos..].chars().next().unwrap_or('\0')
     }
 
     fn error<T>(&self, message: impl Into<String>, line: u32, col: u32) -> Result<T, LexError> {
@@ -109,13 +170,13 @@ impl<'a> Lexer<'a> {
     /// Consumes a line break (`\n`, `\r\n` or `\r`) if one is next.
     fn eat_newline(&mut self) -> bool {
         match self.peek() {
-            Some('\n') => {
+            Some(b'\n') => {
                 self.bump();
                 true
             }
-            Some('\r') => {
+            Some(b'\r') => {
                 self.pos += 1;
-                if self.peek() == Some('\n') {
+                if self.peek() == Some(b'\n') {
                     self.pos += 1;
                 }
                 self.line += 1;
@@ -126,36 +187,74 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// Skips to the end of the line (the line break itself stays).
     fn skip_comment(&mut self) {
-        while let Some(c) = self.peek() {
-            if c == '\n' || c == '\r' {
-                break;
-            }
-            self.bump();
+        let rest = self.rest();
+        let len = rest
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .unwrap_or(rest.len());
+        // Columns past a comment are never reported: the line ends here.
+        self.pos += len;
+    }
+
+    /// Identifiers: ASCII letters, digits and `_`, and any non-ASCII
+    /// character that is not whitespace. Python limits the latter to
+    /// Unicode identifier characters; the difference only matters for
+    /// files Python would reject anyway.
+    fn is_name_start_here(&self) -> bool {
+        match self.peek() {
+            Some(b) if b < 0x80 => b == b'_' || b.is_ascii_alphabetic(),
+            Some(_) => !self.char_here().is_whitespace(),
+            None => false,
         }
     }
 
-    fn run(&mut self) -> Result<Vec<LogicalLine>, LexError> {
-        let mut lines = Vec::new();
+    fn name(&mut self) -> &'a str {
+        let start = self.pos;
+        loop {
+            match self.peek() {
+                Some(b) if b < 0x80 => {
+                    if b == b'_' || b.is_ascii_alphanumeric() {
+                        self.bump();
+                    } else {
+                        break;
+                    }
+                }
+                Some(_) => {
+                    let c = self.char_here();
+                    if c.is_whitespace() {
+                        break;
+                    }
+                    self.pos += c.len_utf8();
+                    self.col += 1;
+                }
+                None => break,
+            }
+        }
+        &self.src[start..self.pos]
+    }
+
+    fn run(&mut self, mut each: impl FnMut(LogicalLine)) -> Result<(), LexError> {
         let mut current: Vec<Token> = Vec::new();
         let mut top_level = true;
         let mut at_line_start = true;
-        let mut brackets: Vec<(char, u32, u32)> = Vec::new();
+        let mut brackets: Vec<(u8, u32, u32)> = Vec::new();
 
         loop {
             if at_line_start && brackets.is_empty() {
-                let indented = matches!(self.peek(), Some(' ' | '\t' | '\x0c'));
-                while matches!(self.peek(), Some(' ' | '\t' | '\x0c')) {
+                let indented = matches!(self.peek(), Some(b' ' | b'\t' | b'\x0c'));
+                while matches!(self.peek(), Some(b' ' | b'\t' | b'\x0c')) {
                     self.bump();
                 }
                 match self.peek() {
                     None => break,
-                    Some('#') => {
+                    Some(b'#') => {
                         self.skip_comment();
                         self.eat_newline();
                         continue;
                     }
-                    Some('\n' | '\r') => {
+                    Some(b'\n' | b'\r') => {
                         self.eat_newline();
                         continue;
                     }
@@ -164,25 +263,32 @@ impl<'a> Lexer<'a> {
                 top_level = !indented;
                 at_line_start = false;
             }
+            // Only module-level lines can hold metadata: indented lines are
+            // scanned (for their strings and brackets) but not kept.
+            let keep = top_level;
 
             let Some(c) = self.peek() else { break };
             let (line, col) = (self.line, self.col);
             match c {
-                ' ' | '\t' | '\x0c' => {
+                b' ' | b'\t' | b'\x0c' => {
                     self.bump();
                 }
-                '#' => self.skip_comment(),
-                '\\' => {
+                b'#' => self.skip_comment(),
+                b'\\' => {
                     self.bump();
                     if !self.eat_newline() {
-                        return self.error("unexpected character after line continuation", line, col);
+                        return self.error(
+                            "unexpected character after line continuation",
+                            line,
+                            col,
+                        );
                     }
                 }
-                '\n' | '\r' => {
+                b'\n' | b'\r' => {
                     self.eat_newline();
                     if brackets.is_empty() {
                         if !current.is_empty() {
-                            lines.push(LogicalLine {
+                            each(LogicalLine {
                                 top_level,
                                 tokens: std::mem::take(&mut current),
                             });
@@ -190,63 +296,69 @@ impl<'a> Lexer<'a> {
                         at_line_start = true;
                     }
                 }
-                '"' | '\'' => {
-                    let value = self.string("")?;
-                    current.push(Token {
-                        tok: Tok::Str(value),
-                        line,
-                        col,
-                    });
-                }
-                c if c.is_ascii_digit() || (c == '.' && self.peek_at(1).is_some_and(|d| d.is_ascii_digit())) => {
-                    let text = self.number();
-                    current.push(Token {
-                        tok: Tok::Number(text),
-                        line,
-                        col,
-                    });
-                }
-                c if is_name_start(c) => {
-                    let start = self.pos;
-                    while self.peek().is_some_and(is_name_continue) {
-                        self.bump();
-                    }
-                    let word = &self.src[start..self.pos];
-                    if matches!(self.peek(), Some('"' | '\'')) && is_string_prefix(word) {
-                        let value = self.string(word)?;
+                b'"' | b'\'' => {
+                    let value = self.string("", keep)?;
+                    if keep {
                         current.push(Token {
                             tok: Tok::Str(value),
                             line,
                             col,
                         });
-                    } else {
+                    }
+                }
+                c if c.is_ascii_digit()
+                    || (c == b'.' && self.peek_at(1).is_some_and(|d| d.is_ascii_digit())) =>
+                {
+                    let text = self.number();
+                    if keep {
                         current.push(Token {
-                            tok: Tok::Name(word.to_owned()),
+                            tok: Tok::Number(text.to_owned()),
                             line,
                             col,
                         });
                     }
                 }
+                _ if self.is_name_start_here() => {
+                    let word = self.name();
+                    let tok = if matches!(self.peek(), Some(b'"' | b'\'')) && is_string_prefix(word)
+                    {
+                        Tok::Str(self.string(word, keep)?)
+                    } else if keep {
+                        Tok::Name(word.to_owned())
+                    } else {
+                        continue;
+                    };
+                    if keep {
+                        current.push(Token { tok, line, col });
+                    }
+                }
                 _ => {
-                    let Some(op) = OPERATORS.iter().find(|op| self.rest().starts_with(**op)) else {
-                        return self.error(format!("invalid character {c:?}"), line, col);
+                    let Some(op) = operator(self.rest()) else {
+                        return self.error(
+                            format!("invalid character {:?}", self.char_here()),
+                            line,
+                            col,
+                        );
                     };
                     for _ in 0..op.len() {
                         self.bump();
                     }
-                    match *op {
+                    match op {
                         "(" | "[" | "{" => brackets.push((c, line, col)),
                         ")" | "]" | "}" => {
-                            let open = match *op {
-                                ")" => '(',
-                                "]" => '[',
-                                _ => '{',
+                            let open = match op {
+                                ")" => b'(',
+                                "]" => b'[',
+                                _ => b'{',
                             };
                             match brackets.pop() {
                                 Some((o, _, _)) if o == open => {}
                                 Some((o, l, cl)) => {
                                     return self.error(
-                                        format!("closing '{op}' does not match '{o}' opened at line {l}, column {cl}"),
+                                        format!(
+                                            "closing '{op}' does not match '{}' opened at line {l}, column {cl}",
+                                            o as char
+                                        ),
                                         line,
                                         col,
                                     );
@@ -256,73 +368,81 @@ impl<'a> Lexer<'a> {
                         }
                         _ => {}
                     }
-                    current.push(Token {
-                        tok: Tok::Op(op),
-                        line,
-                        col,
-                    });
+                    if keep {
+                        current.push(Token {
+                            tok: Tok::Op(op),
+                            line,
+                            col,
+                        });
+                    }
                 }
             }
         }
 
         if let Some((open, line, col)) = brackets.pop() {
-            return self.error(format!("'{open}' was never closed"), line, col);
+            return self.error(format!("'{}' was never closed", open as char), line, col);
         }
         if !current.is_empty() {
-            lines.push(LogicalLine {
+            each(LogicalLine {
                 top_level,
                 tokens: current,
             });
         }
-        Ok(lines)
+        Ok(())
     }
 
-    fn number(&mut self) -> String {
+    fn number(&mut self) -> &'a str {
         let start = self.pos;
-        let radix_prefix = self.peek() == Some('0')
-            && matches!(self.peek_at(1), Some('x' | 'X' | 'o' | 'O' | 'b' | 'B'));
+        let digits = |b: u8| b.is_ascii_digit() || b == b'_';
+        let radix_prefix = self.peek() == Some(b'0')
+            && matches!(
+                self.peek_at(1),
+                Some(b'x' | b'X' | b'o' | b'O' | b'b' | b'B')
+            );
         if radix_prefix {
             self.bump();
             self.bump();
-            while self.peek().is_some_and(|c| c.is_ascii_hexdigit() || c == '_') {
+            while self
+                .peek()
+                .is_some_and(|c| c.is_ascii_hexdigit() || c == b'_')
+            {
                 self.bump();
             }
         } else {
-            while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '_') {
+            while self.peek().is_some_and(digits) {
                 self.bump();
             }
-            if self.peek() == Some('.') {
+            if self.peek() == Some(b'.') {
                 self.bump();
-                while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '_') {
+                while self.peek().is_some_and(digits) {
                     self.bump();
                 }
             }
-            if matches!(self.peek(), Some('e' | 'E')) {
-                let sign = matches!(self.peek_at(1), Some('+' | '-'));
+            if matches!(self.peek(), Some(b'e' | b'E')) {
+                let sign = matches!(self.peek_at(1), Some(b'+' | b'-'));
                 let digit_at = if sign { 2 } else { 1 };
                 if self.peek_at(digit_at).is_some_and(|c| c.is_ascii_digit()) {
                     for _ in 0..digit_at {
                         self.bump();
                     }
-                    while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '_') {
+                    while self.peek().is_some_and(digits) {
                         self.bump();
                     }
                 }
             }
-            if matches!(self.peek(), Some('j' | 'J')) {
+            if matches!(self.peek(), Some(b'j' | b'J')) {
                 self.bump();
             }
         }
-        self.src[start..self.pos].to_owned()
+        &self.src[start..self.pos]
     }
 
     /// Reads a string literal whose prefix (possibly empty) was already
-    /// consumed; the next character is the opening quote.
-    fn string(&mut self, prefix: &str) -> Result<StrValue, LexError> {
-        let prefix = prefix.to_ascii_lowercase();
-        let raw = prefix.contains('r');
-        let bytes = prefix.contains('b');
-        let formatted = prefix.contains('f') || prefix.contains('t');
+    /// consumed; the next byte is the opening quote. Its value is decoded
+    /// only if `keep`.
+    fn string(&mut self, prefix: &str, keep: bool) -> Result<StrValue, LexError> {
+        let has = |c: u8| prefix.bytes().any(|p| p.eq_ignore_ascii_case(&c));
+        let (raw, bytes, formatted) = (has(b'r'), has(b'b'), has(b'f') || has(b't'));
         let (line, col) = (self.line, self.col);
         let quote = self.bump().expect("caller saw a quote");
         let triple = self.peek() == Some(quote) && self.peek_at(1) == Some(quote);
@@ -336,43 +456,41 @@ impl<'a> Lexer<'a> {
                 return self.error("unterminated string literal", line, col);
             };
             match c {
-                '\\' => {
+                b'\\' => {
                     self.bump();
-                    if formatted && !raw && self.rest().starts_with("N{") {
+                    if formatted && !raw && self.rest().starts_with(b"N{") {
                         // `\N{NAME}`: the braces belong to the escape.
-                        while self.peek().is_some_and(|c| c != '}') {
+                        while self.peek().is_some_and(|c| c != b'}') {
                             self.bump();
                         }
                         self.bump();
-                    } else if formatted && matches!(self.peek(), Some('{' | '}')) {
+                    } else if formatted && matches!(self.peek(), Some(b'{' | b'}')) {
                         // A backslash does not escape a brace in an f-string.
                     } else if !self.eat_newline() {
                         self.bump();
                     }
                 }
-                '\n' | '\r' if !triple => {
+                b'\n' | b'\r' if !triple => {
                     return self.error("unterminated string literal", line, col);
                 }
-                '{' if formatted => {
+                b'{' if formatted => {
                     self.bump();
-                    if self.peek() == Some('{') {
+                    if self.peek() == Some(b'{') {
                         self.bump();
                     } else {
                         self.replacement_field(line, col)?;
                     }
                 }
                 c if c == quote => {
-                    if !triple {
+                    let closes = !triple
+                        || (self.peek_at(1) == Some(quote) && self.peek_at(2) == Some(quote));
+                    if closes {
                         let body = &self.src[body_start..self.pos];
-                        self.bump();
-                        return Ok(finish_string(body, raw, bytes, formatted));
-                    }
-                    if self.peek_at(1) == Some(quote) && self.peek_at(2) == Some(quote) {
-                        let body = &self.src[body_start..self.pos];
-                        self.bump();
-                        self.bump();
-                        self.bump();
-                        return Ok(finish_string(body, raw, bytes, formatted));
+                        let len = if triple { 3 } else { 1 };
+                        for _ in 0..len {
+                            self.bump();
+                        }
+                        return Ok(finish_string(body, raw, bytes, formatted, keep));
                     }
                     self.bump();
                 }
@@ -393,43 +511,39 @@ impl<'a> Lexer<'a> {
                 return self.error("unterminated f-string replacement field", line, col);
             };
             match c {
-                '"' | '\'' => {
-                    self.string("")?;
+                b'"' | b'\'' => {
+                    self.string("", false)?;
                 }
-                c if is_name_start(c) => {
-                    let start = self.pos;
-                    while self.peek().is_some_and(is_name_continue) {
-                        self.bump();
-                    }
-                    let word = &self.src[start..self.pos];
-                    if matches!(self.peek(), Some('"' | '\'')) && is_string_prefix(word) {
-                        self.string(word)?;
+                _ if self.is_name_start_here() => {
+                    let word = self.name();
+                    if matches!(self.peek(), Some(b'"' | b'\'')) && is_string_prefix(word) {
+                        self.string(word, false)?;
                     }
                 }
-                '(' | '[' | '{' => {
+                b'(' | b'[' | b'{' => {
                     depth += 1;
                     self.bump();
                 }
-                ')' | ']' => {
+                b')' | b']' => {
                     depth = depth.saturating_sub(1);
                     self.bump();
                 }
-                '}' if depth > 0 => {
+                b'}' if depth > 0 => {
                     depth -= 1;
                     self.bump();
                 }
-                '}' => {
+                b'}' => {
                     self.bump();
                     return Ok(());
                 }
-                '!' if depth == 0 && self.peek_at(1) != Some('=') => {
+                b'!' if depth == 0 && self.peek_at(1) != Some(b'=') => {
                     self.bump();
                 }
-                ':' if depth == 0 => {
+                b':' if depth == 0 => {
                     self.bump();
                     return self.format_spec(line, col);
                 }
-                '\\' => {
+                b'\\' => {
                     self.bump();
                     self.bump();
                 }
@@ -446,11 +560,11 @@ impl<'a> Lexer<'a> {
         loop {
             match self.peek() {
                 None => return self.error("unterminated f-string format spec", line, col),
-                Some('{') => {
+                Some(b'{') => {
                     self.bump();
                     self.replacement_field(line, col)?;
                 }
-                Some('}') => {
+                Some(b'}') => {
                     self.bump();
                     return Ok(());
                 }
@@ -462,8 +576,8 @@ impl<'a> Lexer<'a> {
     }
 }
 
-fn finish_string(body: &str, raw: bool, bytes: bool, formatted: bool) -> StrValue {
-    if formatted {
+fn finish_string(body: &str, raw: bool, bytes: bool, formatted: bool, keep: bool) -> StrValue {
+    if formatted || !keep {
         StrValue::Formatted
     } else if bytes {
         StrValue::Bytes
@@ -488,6 +602,9 @@ fn normalize_newlines(s: &str) -> String {
 }
 
 fn unescape(body: &str) -> Result<String, String> {
+    if !body.contains(['\\', '\r']) {
+        return Ok(body.to_owned());
+    }
     let body = normalize_newlines(body);
     let mut out = String::with_capacity(body.len());
     let mut chars = body.chars().peekable();
@@ -552,19 +669,9 @@ fn unescape(body: &str) -> Result<String, String> {
 }
 
 fn code_point(value: u32) -> Result<char, String> {
-    char::from_u32(value).ok_or_else(|| format!("escape \\u{value:x} is not a Unicode scalar value (a lone surrogate?)"))
-}
-
-/// Identifiers: ASCII letters, digits and `_`, and any non-ASCII
-/// character that is not whitespace. Python limits the latter to Unicode
-/// identifier characters; the difference only matters for files Python
-/// would reject anyway.
-fn is_name_start(c: char) -> bool {
-    c == '_' || c.is_ascii_alphabetic() || (!c.is_ascii() && !c.is_whitespace())
-}
-
-fn is_name_continue(c: char) -> bool {
-    is_name_start(c) || c.is_ascii_digit()
+    char::from_u32(value).ok_or_else(|| {
+        format!("escape \\u{value:x} is not a Unicode scalar value (a lone surrogate?)")
+    })
 }
 
 fn is_string_prefix(word: &str) -> bool {
@@ -579,11 +686,15 @@ mod tests {
     use super::*;
 
     fn names(src: &str) -> Vec<(bool, Vec<Tok>)> {
-        logical_lines(src)
-            .unwrap()
-            .into_iter()
-            .map(|l| (l.top_level, l.tokens.into_iter().map(|t| t.tok).collect()))
-            .collect()
+        collect(src).unwrap()
+    }
+
+    fn collect(src: &str) -> Result<Vec<(bool, Vec<Tok>)>, LexError> {
+        let mut lines = Vec::new();
+        logical_lines(src, |l| {
+            lines.push((l.top_level, l.tokens.into_iter().map(|t| t.tok).collect()))
+        })?;
+        Ok(lines)
     }
 
     #[test]
@@ -594,10 +705,11 @@ mod tests {
     }
 
     #[test]
-    fn indented_lines_are_not_top_level() {
-        let lines = names("def f():\n    X = 1\nY = 2\n");
-        assert_eq!(lines.iter().filter(|(top, _)| *top).count(), 2);
-        assert!(!lines[1].0);
+    fn indented_lines_are_not_kept() {
+        let lines = names("def f():\n    X = 'a\\'b'\nY = 2\n");
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|(top, _)| *top));
+        assert_eq!(lines[1].1[0], Tok::Name("Y".into()));
     }
 
     #[test]
@@ -609,20 +721,22 @@ mod tests {
 
     #[test]
     fn escapes_decode() {
-        let lines = names(r#"X = "a\tb\x41\u00e9\101\
-c""#);
+        let lines = names(
+            r#"X = "a\tb\x41\u00e9\101\
+c""#,
+        );
         assert_eq!(lines[0].1[2], Tok::Str(StrValue::Text("a\tbAéAc".into())));
     }
 
     #[test]
     fn unterminated_string_reports_its_start() {
-        let err = logical_lines("X = 1\nY = 'abc\n").unwrap_err();
+        let err = collect("X = 1\nY = 'abc\n").unwrap_err();
         assert_eq!((err.line, err.col), (2, 5));
     }
 
     #[test]
     fn unmatched_bracket_is_reported() {
-        let err = logical_lines("X = (1,\n").unwrap_err();
+        let err = collect("X = (1,\n").unwrap_err();
         assert!(err.message.contains("never closed"), "{}", err.message);
     }
 }

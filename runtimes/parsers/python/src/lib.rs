@@ -30,10 +30,10 @@ const COMPOUND: &[&str] = &[
 ];
 
 const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
-    "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if",
-    "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try",
-    "while", "with", "yield",
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
 ];
 
 /// The names the host maps to tool metadata; a non-literal value for one of
@@ -63,60 +63,75 @@ rye_guest::export_parser!(PythonAst);
 /// Parses Python source into the metadata document.
 pub fn parse_source(source: &str) -> Result<Parsed, ParseError> {
     let source = source.strip_prefix('\u{feff}').unwrap_or(source);
-    let lines = lexer::logical_lines(source)
-        .map_err(|e| ParseError::syntax_at(e.message, e.line, e.col))?;
-
     let mut document = Map::new();
     let mut diagnostics = Vec::new();
-    if let Some(doc) = lines.first().and_then(docstring) {
-        document.insert("__docstring__".into(), Value::String(doc.trim().to_owned()));
-    }
-
-    for line in lines.iter().filter(|l| l.top_level) {
-        if let Some(Tok::Name(first)) = line.tokens.first().map(|t| &t.tok)
-            && COMPOUND.contains(&first.as_str())
+    let mut first = true;
+    lexer::logical_lines(source, |line| {
+        if std::mem::take(&mut first)
+            && let Some(doc) = docstring(&line)
         {
-            continue;
+            document.insert("__docstring__".into(), Value::String(doc.trim().to_owned()));
         }
-        if matches!(line.tokens.first().map(|t| &t.tok), Some(Tok::Op("@"))) {
-            continue;
+        if line.top_level {
+            assignments(&line, &mut document, &mut diagnostics);
         }
-        for statement in line.tokens.split(|t| t.tok == Tok::Op(";")) {
-            let [target, equals, value @ ..] = statement else { continue };
-            let (Tok::Name(name), Tok::Op("=")) = (&target.tok, &equals.tok) else { continue };
-            if KEYWORDS.contains(&name.as_str()) || value.is_empty() {
-                continue;
-            }
-            match literal::evaluate(value) {
-                Ok(json) => {
-                    document.insert(name.clone(), json);
-                }
-                Err(Rejection::NotLiteral) => {
-                    if METADATA_NAMES.contains(&name.as_str()) {
-                        diagnostics.push(
-                            Diagnostic::warning(
-                                "python/non-literal-metadata",
-                                format!("`{name}` is not assigned a literal value, so it is left out of the metadata"),
-                            )
-                            .at(target.line, target.col),
-                        );
-                    }
-                }
-                Err(Rejection::NoJsonForm(reason)) => diagnostics.push(
-                    Diagnostic::warning(
-                        "python/no-json-form",
-                        format!("`{name}` is left out: {reason}"),
-                    )
-                    .at(target.line, target.col),
-                ),
-            }
-        }
-    }
+    })
+    .map_err(|e| ParseError::syntax_at(e.message, e.line, e.col))?;
 
     Ok(Parsed {
         document,
         diagnostics,
     })
+}
+
+/// Records the literal assignments of one module-level line.
+fn assignments(
+    line: &LogicalLine,
+    document: &mut Map<String, Value>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if let Some(Tok::Name(first)) = line.tokens.first().map(|t| &t.tok)
+        && COMPOUND.contains(&first.as_str())
+    {
+        return;
+    }
+    if matches!(line.tokens.first().map(|t| &t.tok), Some(Tok::Op("@"))) {
+        return;
+    }
+    for statement in line.tokens.split(|t| t.tok == Tok::Op(";")) {
+        let [target, equals, value @ ..] = statement else {
+            continue;
+        };
+        let (Tok::Name(name), Tok::Op("=")) = (&target.tok, &equals.tok) else {
+            continue;
+        };
+        if KEYWORDS.contains(&name.as_str()) || value.is_empty() {
+            continue;
+        }
+        match literal::evaluate(value) {
+            Ok(json) => {
+                document.insert(name.clone(), json);
+            }
+            Err(Rejection::NotLiteral) => {
+                if METADATA_NAMES.contains(&name.as_str()) {
+                    diagnostics.push(
+                        Diagnostic::warning(
+                            "python/non-literal-metadata",
+                            format!("`{name}` is not assigned a literal value, so it is left out of the metadata"),
+                        )
+                        .at(target.line, target.col),
+                    );
+                }
+            }
+            Err(Rejection::NoJsonForm(reason)) => diagnostics.push(
+                Diagnostic::warning(
+                    "python/no-json-form",
+                    format!("`{name}` is left out: {reason}"),
+                )
+                .at(target.line, target.col),
+            ),
+        }
+    }
 }
 
 /// The module docstring: a first statement made of text string literals
@@ -191,7 +206,9 @@ def execute(params, project_path):
 
     #[test]
     fn syntax_errors_carry_position() {
-        let Err(ParseError::Syntax(e)) = parse_source("X = [1,\n") else { panic!() };
+        let Err(ParseError::Syntax(e)) = parse_source("X = [1,\n") else {
+            panic!()
+        };
         assert_eq!(e.at.map(|p| (p.line, p.column)), Some((1, 5)));
     }
 }

@@ -18,31 +18,45 @@ pub enum Rejection {
 #[derive(Debug, Clone, PartialEq)]
 enum Lit {
     Str(String),
-    Int { negative: bool, magnitude: u128 },
+    Int {
+        negative: bool,
+        magnitude: u128,
+    },
     Float(f64),
     Bool(bool),
     None,
-    Seq(Vec<Lit>),
+    List(Vec<Lit>),
+    Tuple(Vec<Lit>),
     Set(Vec<Lit>),
     Dict(Vec<(Lit, Lit)>),
     /// Valid Python literal, but with no JSON form; the reason says why.
     Opaque(String),
 }
 
+/// How deeply containers may nest. CPython's own parser stops near 200;
+/// metadata never comes close, and the bound keeps the component's stack
+/// small.
+pub const MAX_DEPTH: usize = 100;
+
 /// Parses `tokens` as one literal expression (a bare tuple included) and
 /// returns its JSON value.
 pub fn evaluate(tokens: &[Token]) -> Result<Value, Rejection> {
-    let mut p = Parser { tokens, pos: 0 };
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
     let lit = p.expr_list()?;
     if p.pos != tokens.len() {
         return Err(Rejection::NotLiteral);
     }
-    to_json(&lit)
+    to_json(lit)
 }
 
 struct Parser<'t> {
     tokens: &'t [Token],
     pos: usize,
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -84,7 +98,7 @@ impl Parser<'_> {
             }
             items.push(self.expr()?);
         }
-        Ok(Lit::Seq(items))
+        Ok(Lit::Tuple(items))
     }
 
     fn at_sequence_end(&self) -> bool {
@@ -109,7 +123,10 @@ impl Parser<'_> {
         let atom = self.atom()?;
         let value = match negative {
             Some(neg) => match atom {
-                Lit::Int { negative, magnitude } => Lit::Int {
+                Lit::Int {
+                    negative,
+                    magnitude,
+                } => Lit::Int {
                     negative: negative ^ neg,
                     magnitude,
                 },
@@ -121,7 +138,8 @@ impl Parser<'_> {
         };
         // `1 + 2j` and `-1 - 2j` are complex literals; any other operator is
         // an expression.
-        if (self.is_op("+") || self.is_op("-")) && matches!(value, Lit::Int { .. } | Lit::Float(_)) {
+        if (self.is_op("+") || self.is_op("-")) && matches!(value, Lit::Int { .. } | Lit::Float(_))
+        {
             self.pos += 1;
             return match self.atom()? {
                 Lit::Opaque(reason) if reason.starts_with("complex") => Ok(Lit::Opaque(reason)),
@@ -136,17 +154,33 @@ impl Parser<'_> {
             .iter()
             .take_while(|t| t.tok == Tok::Op("("))
             .count();
-        matches!(self.tokens.get(self.pos + parens).map(|t| &t.tok), Some(Tok::Number(_)))
+        matches!(
+            self.tokens.get(self.pos + parens).map(|t| &t.tok),
+            Some(Tok::Number(_))
+        )
     }
 
     fn atom(&mut self) -> Result<Lit, Rejection> {
-        let Some(tok) = self.peek().cloned() else {
+        self.depth += 1;
+        let result = self.atom_inner();
+        self.depth -= 1;
+        result
+    }
+
+    fn atom_inner(&mut self) -> Result<Lit, Rejection> {
+        if self.depth > MAX_DEPTH {
+            return Err(Rejection::NoJsonForm(format!(
+                "it nests more than {MAX_DEPTH} levels deep"
+            )));
+        }
+        let tokens = self.tokens;
+        let Some(token) = tokens.get(self.pos) else {
             return Err(Rejection::NotLiteral);
         };
         self.pos += 1;
-        match tok {
+        match &token.tok {
             Tok::Str(first) => self.strings(first),
-            Tok::Number(text) => Ok(number(&text)),
+            Tok::Number(text) => Ok(number(text)),
             Tok::Name(name) => match name.as_str() {
                 "True" => Ok(Lit::Bool(true)),
                 "False" => Ok(Lit::Bool(false)),
@@ -160,7 +194,7 @@ impl Parser<'_> {
             },
             Tok::Op("(") => {
                 if self.eat_op(")") {
-                    return Ok(Lit::Seq(Vec::new()));
+                    return Ok(Lit::Tuple(Vec::new()));
                 }
                 let inner = self.expr_list()?;
                 self.expect_op(")")?;
@@ -168,7 +202,7 @@ impl Parser<'_> {
             }
             Tok::Op("[") => {
                 let items = self.elements("]")?;
-                Ok(Lit::Seq(items))
+                Ok(Lit::List(items))
             }
             Tok::Op("{") => self.brace(),
             Tok::Op(_) => Err(Rejection::NotLiteral),
@@ -177,27 +211,36 @@ impl Parser<'_> {
 
     /// Adjacent string literals concatenate; mixing text and bytes is an
     /// error in Python, and any f-string makes the whole an expression.
-    fn strings(&mut self, first: StrValue) -> Result<Lit, Rejection> {
-        let mut parts = vec![first];
-        while let Some(Tok::Str(next)) = self.peek() {
-            parts.push(next.clone());
+    fn strings(&mut self, first: &StrValue) -> Result<Lit, Rejection> {
+        let tokens = self.tokens;
+        let start = self.pos - 1;
+        while let Some(Tok::Str(_)) = self.peek() {
             self.pos += 1;
         }
-        if parts.iter().any(|p| *p == StrValue::Formatted) {
+        let parts = tokens[start..self.pos].iter().map(|t| match &t.tok {
+            Tok::Str(value) => value,
+            _ => unreachable!("only strings were taken"),
+        });
+        if parts.clone().any(|p| *p == StrValue::Formatted) {
             return Err(Rejection::NotLiteral);
         }
-        let bytes = parts.iter().filter(|p| **p == StrValue::Bytes).count();
-        if bytes == parts.len() {
+        let bytes = parts.clone().filter(|p| **p == StrValue::Bytes).count();
+        if bytes == self.pos - start {
             return Ok(Lit::Opaque("bytes have no JSON form".into()));
         }
         if bytes > 0 {
             return Err(Rejection::NotLiteral);
         }
+        if self.pos - start == 1
+            && let StrValue::Text(s) = first
+        {
+            return Ok(Lit::Str(s.clone()));
+        }
         let mut text = String::new();
         for part in parts {
             match part {
-                StrValue::Text(s) => text.push_str(&s),
-                StrValue::Unsupported(reason) => return Ok(Lit::Opaque(reason)),
+                StrValue::Text(s) => text.push_str(s),
+                StrValue::Unsupported(reason) => return Ok(Lit::Opaque(reason.clone())),
                 StrValue::Bytes | StrValue::Formatted => unreachable!("handled above"),
             }
         }
@@ -282,34 +325,87 @@ fn int(digits: &str, radix: u32) -> Lit {
     }
 }
 
-fn to_json(lit: &Lit) -> Result<Value, Rejection> {
+fn to_json(lit: Lit) -> Result<Value, Rejection> {
     Ok(match lit {
-        Lit::Str(s) => Value::String(s.clone()),
-        Lit::Int { negative, magnitude } => int_json(*negative, *magnitude)?,
-        Lit::Float(f) => Number::from_f64(*f)
+        Lit::Str(s) => Value::String(s),
+        Lit::Int {
+            negative,
+            magnitude,
+        } => int_json(negative, magnitude)?,
+        Lit::Float(f) => Number::from_f64(f)
             .map(Value::Number)
             .ok_or_else(|| Rejection::NoJsonForm(format!("{f} is not a finite JSON number")))?,
-        Lit::Bool(b) => Value::Bool(*b),
+        Lit::Bool(b) => Value::Bool(b),
         Lit::None => Value::Null,
-        Lit::Seq(items) => Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?),
+        Lit::List(items) | Lit::Tuple(items) => {
+            Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?)
+        }
         Lit::Set(items) => {
-            let mut out: Vec<Value> = Vec::with_capacity(items.len());
+            // Python keeps the first of equal elements (`{1, True}` is `{1}`).
+            let mut seen: Vec<Canon> = Vec::with_capacity(items.len());
+            let mut out = Vec::with_capacity(items.len());
             for item in items {
-                let value = to_json(item)?;
-                if !out.contains(&value) {
-                    out.push(value);
+                let canon = canon(&item).ok_or(Rejection::NotLiteral)?;
+                if !seen.contains(&canon) {
+                    seen.push(canon);
+                    out.push(to_json(item)?);
                 }
             }
             Value::Array(out)
         }
         Lit::Dict(pairs) => {
-            let mut map = Map::new();
+            // Equal keys (`1` and `True`) are one entry: the first key's
+            // spelling with the last value, as in a Python dict.
+            let mut keys: Vec<(Canon, String)> = Vec::with_capacity(pairs.len());
+            let mut map = Map::with_capacity(pairs.len());
             for (key, value) in pairs {
-                map.insert(key_json(key)?, to_json(value)?);
+                let canon = canon(&key).ok_or(Rejection::NotLiteral)?;
+                let name = match keys.iter().find(|(c, _)| *c == canon) {
+                    Some((_, name)) => name.clone(),
+                    None => {
+                        let name = key_json(key)?;
+                        keys.push((canon, name.clone()));
+                        name
+                    }
+                };
+                map.insert(name, to_json(value)?);
             }
             Value::Object(map)
         }
-        Lit::Opaque(reason) => return Err(Rejection::NoJsonForm(reason.clone())),
+        Lit::Opaque(reason) => return Err(Rejection::NoJsonForm(reason)),
+    })
+}
+
+/// A literal under Python's equality, for hashable values: `True == 1`,
+/// `1.0 == 1`. `None` for unhashable values (lists, dicts, sets), which
+/// Python refuses as set elements and dict keys.
+#[derive(Debug, PartialEq)]
+enum Canon {
+    Int(bool, u128),
+    Float(u64),
+    Str(String),
+    None,
+    Tuple(Vec<Canon>),
+    Opaque,
+}
+
+fn canon(lit: &Lit) -> Option<Canon> {
+    Some(match lit {
+        Lit::Int { magnitude: 0, .. } => Canon::Int(false, 0),
+        Lit::Int {
+            negative,
+            magnitude,
+        } => Canon::Int(*negative, *magnitude),
+        Lit::Bool(b) => Canon::Int(false, u128::from(*b)),
+        Lit::Float(f) if f.fract() == 0.0 && f.abs() < 1e38 => {
+            Canon::Int(*f < 0.0, f.abs() as u128)
+        }
+        Lit::Float(f) => Canon::Float(f.to_bits()),
+        Lit::Str(s) => Canon::Str(s.clone()),
+        Lit::None => Canon::None,
+        Lit::Tuple(items) => Canon::Tuple(items.iter().map(canon).collect::<Option<_>>()?),
+        Lit::Opaque(_) => Canon::Opaque,
+        Lit::List(_) | Lit::Set(_) | Lit::Dict(_) => return None,
     })
 }
 
@@ -319,27 +415,36 @@ fn int_json(negative: bool, magnitude: u128) -> Result<Value, Rejection> {
         if magnitude == 0 {
             return Ok(Value::from(0));
         }
-        let signed = i64::try_from(magnitude)
-            .map(|m| -m)
-            .or_else(|_| if magnitude == 1u128 << 63 { Ok(i64::MIN) } else { Err(too_large()) })?;
+        let signed = i64::try_from(magnitude).map(|m| -m).or_else(|_| {
+            if magnitude == 1u128 << 63 {
+                Ok(i64::MIN)
+            } else {
+                Err(too_large())
+            }
+        })?;
         Ok(Value::from(signed))
     } else {
-        u64::try_from(magnitude).map(Value::from).map_err(|_| too_large())
+        u64::try_from(magnitude)
+            .map(Value::from)
+            .map_err(|_| too_large())
     }
 }
 
 /// Dict keys become strings the way Python's `json.dumps` writes them.
-fn key_json(key: &Lit) -> Result<String, Rejection> {
+fn key_json(key: Lit) -> Result<String, Rejection> {
     match key {
-        Lit::Str(s) => Ok(s.clone()),
+        Lit::Str(s) => Ok(s),
         Lit::Int { .. } => Ok(to_json(key)?.to_string()),
         Lit::Bool(b) => Ok(b.to_string()),
         Lit::None => Ok("null".into()),
-        Lit::Float(_) => Err(Rejection::NoJsonForm("float dict keys have no exact JSON form".into())),
-        Lit::Opaque(reason) => Err(Rejection::NoJsonForm(reason.clone())),
-        Lit::Seq(_) | Lit::Set(_) | Lit::Dict(_) => {
-            Err(Rejection::NoJsonForm("dict keys must be strings, numbers, booleans or None".into()))
-        }
+        Lit::Float(_) => Err(Rejection::NoJsonForm(
+            "float dict keys have no exact JSON form".into(),
+        )),
+        Lit::Opaque(reason) => Err(Rejection::NoJsonForm(reason)),
+        Lit::Tuple(_) => Err(Rejection::NoJsonForm(
+            "tuple dict keys have no JSON form".into(),
+        )),
+        Lit::List(_) | Lit::Set(_) | Lit::Dict(_) => Err(Rejection::NotLiteral),
     }
 }
 
@@ -350,8 +455,12 @@ mod tests {
     use rye_guest::serde_json::json;
 
     fn eval(src: &str) -> Result<Value, Rejection> {
-        let lines = logical_lines(src).unwrap();
-        evaluate(&lines[0].tokens)
+        let mut first = None;
+        logical_lines(src, |l| {
+            first.get_or_insert(l);
+        })
+        .unwrap();
+        evaluate(&first.unwrap().tokens)
     }
 
     #[test]
@@ -376,21 +485,60 @@ mod tests {
 
     #[test]
     fn expressions_are_not_literals() {
-        for src in ["VERSION", "1 + 2", "f'x'", "-(-1)", "[*a]", "{**a}", "'a' b'b'", "call()"] {
+        for src in [
+            "VERSION", "1 + 2", "f'x'", "-(-1)", "[*a]", "{**a}", "'a' b'b'", "call()",
+        ] {
             assert_eq!(eval(src), Err(Rejection::NotLiteral), "{src}");
         }
     }
 
     #[test]
     fn literals_without_json_form_say_why() {
-        for src in ["b'x'", "1j", "1 + 2j", "10**0", "1e999", "99999999999999999999999"] {
+        for src in [
+            "b'x'",
+            "1j",
+            "1 + 2j",
+            "10**0",
+            "1e999",
+            "99999999999999999999999",
+        ] {
             let result = eval(src);
             if src == "10**0" {
                 assert_eq!(result, Err(Rejection::NotLiteral));
             } else {
-                assert!(matches!(result, Err(Rejection::NoJsonForm(_))), "{src}: {result:?}");
+                assert!(
+                    matches!(result, Err(Rejection::NoJsonForm(_))),
+                    "{src}: {result:?}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn python_equality_merges_keys_and_set_elements() {
+        assert_eq!(
+            eval("{1: 'a', True: 'b', None: 0}").unwrap(),
+            json!({"1": "b", "null": 0})
+        );
+        assert_eq!(eval("{1, True, 1.0, 2}").unwrap(), json!([1, 2]));
+        assert_eq!(eval("{[1]: 2}"), Err(Rejection::NotLiteral));
+        assert_eq!(eval("{(1,)}").unwrap(), json!([[1]]));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = format!(
+            "{}1{}",
+            "[".repeat(MAX_DEPTH + 1),
+            "]".repeat(MAX_DEPTH + 1)
+        );
+        assert!(matches!(eval(&deep), Err(Rejection::NoJsonForm(m)) if m.contains("levels deep")));
+        let fine = format!(
+            "{}1{}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
+        assert!(eval(&fine).is_ok());
     }
 
     #[test]

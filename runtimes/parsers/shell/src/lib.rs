@@ -85,7 +85,8 @@ fn assignment(text: &str) -> Option<(&str, &str)> {
     let name = name.trim();
     let mut chars = name.chars();
     let first = chars.next()?;
-    let valid = (first == '_' || first.is_ascii_alphabetic()) && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+    let valid = (first == '_' || first.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
     valid.then_some((name, value.trim()))
 }
 

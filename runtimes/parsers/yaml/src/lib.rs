@@ -11,7 +11,10 @@ pub struct YamlParser;
 
 impl Parser for YamlParser {
     fn parse(input: ParseInput) -> Result<Parsed, ParseError> {
-        let content = input.content.strip_prefix('\u{feff}').unwrap_or(&input.content);
+        let content = input
+            .content
+            .strip_prefix('\u{feff}')
+            .unwrap_or(&input.content);
         Ok(Parsed::new(rye_parse_support::yaml::mapping(content, 0)?))
     }
 }

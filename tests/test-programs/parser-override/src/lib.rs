@@ -7,7 +7,10 @@ impl Parser for Marker {
     fn parse(input: ParseInput) -> Result<Parsed, ParseError> {
         let mut document = Map::new();
         document.insert("__version__".into(), Value::from("9.9.9"));
-        document.insert("__tool_description__".into(), Value::from(format!("read by the override: {}", input.item_id)));
+        document.insert(
+            "__tool_description__".into(),
+            Value::from(format!("read by the override: {}", input.item_id)),
+        );
         Ok(Parsed::new(document))
     }
 }

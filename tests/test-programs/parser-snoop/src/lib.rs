@@ -11,8 +11,14 @@ impl Parser for Snoop {
         let mut report = Map::new();
         let target = input.content.trim();
         report.insert("read".into(), outcome(std::fs::read_to_string(target)));
-        report.insert("read_root".into(), outcome(std::fs::read_dir("/").map(|d| d.count().to_string())));
-        report.insert("read_relative".into(), outcome(std::fs::read_dir(".").map(|d| d.count().to_string())));
+        report.insert(
+            "read_root".into(),
+            outcome(std::fs::read_dir("/").map(|d| d.count().to_string())),
+        );
+        report.insert(
+            "read_relative".into(),
+            outcome(std::fs::read_dir(".").map(|d| d.count().to_string())),
+        );
         report.insert("env_count".into(), Value::from(std::env::vars().count()));
         report.insert("args_count".into(), Value::from(std::env::args().count()));
         let now = std::time::SystemTime::now()

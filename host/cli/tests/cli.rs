@@ -1,0 +1,227 @@
+//! The real `rye` binary, run as a subprocess in throwaway folders.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+struct Env {
+    project: tempfile::TempDir,
+    home: tempfile::TempDir,
+    cache: PathBuf,
+}
+
+impl Env {
+    /// A project and a home folder of their own, and a component cache
+    /// shared by the tests of this run (it is keyed by content).
+    fn new() -> Self {
+        Self::with_cache(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache"))
+    }
+
+    fn with_cache(cache: PathBuf) -> Self {
+        Self {
+            project: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            cache,
+        }
+    }
+
+    fn rye(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_rye"))
+            .args(args)
+            .current_dir(self.project.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("RYE_CACHE_DIR", &self.cache)
+            .env("RYE_LOG", "rye_components=debug")
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.rye(args);
+        assert!(
+            out.status.success(),
+            "rye {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    fn fail(&self, args: &[&str]) -> String {
+        let out = self.rye(args);
+        assert_eq!(out.status.code(), Some(1), "rye {args:?} should fail");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn write(&self, relative: &str, content: &str) -> PathBuf {
+        let path = self.project.path().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+}
+
+#[test]
+fn search_lists_the_bundled_system_space_from_any_folder() {
+    let env = Env::new();
+    let text = env.ok(&["search", "tool", "python"]);
+    assert!(
+        text.contains("rye/core/runtimes/python/script  [system]"),
+        "{text}"
+    );
+    let json = env.json(&["search", "all", "", "--limit", "100"]);
+    let ids: Vec<&str> = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "rye/core/runtimes/python/script",
+        "rye/core/spaces",
+        "rye/core/create_knowledge",
+    ] {
+        assert!(ids.contains(&expected), "{expected} missing from {ids:?}");
+    }
+    assert_eq!(json["total"].as_u64().unwrap() as usize, ids.len());
+}
+
+#[test]
+fn search_finds_project_items_and_reports_shadowing() {
+    let env = Env::new();
+    env.write(
+        ".ai/tools/rye/core/runtimes/python/script.yaml",
+        "version: '2.0.0'\ndescription: My own python runtime\n",
+    );
+    env.write(
+        ".ai/tools/demo/count.py",
+        "__version__ = '1.0.0'\n__tool_description__ = 'Count words'\n",
+    );
+    let json = env.json(&["search", "tool", "python runtime"]);
+    let first = &json["results"][0];
+    assert_eq!(first["id"], "rye/core/runtimes/python/script");
+    assert_eq!(first["source"], "project");
+    assert_eq!(first["shadows"][0]["source"], "system");
+    let count = env.json(&["search", "tool", "count", "--source", "project"]);
+    assert_eq!(
+        count["results"][0]["metadata"]["description"],
+        "Count words"
+    );
+}
+
+#[test]
+fn load_shows_content_and_copies_with_force_only_over_existing_files() {
+    let env = Env::new();
+    let shown = env.ok(&["load", "knowledge", "rye/core/spaces"]);
+    assert!(
+        shown.starts_with("knowledge rye/core/spaces  [system]"),
+        "{shown}"
+    );
+    assert!(shown.contains("Every item lives in a `.ai/` folder"));
+
+    let copied = env.json(&["load", "knowledge", "rye/core/spaces", "--to", "project"]);
+    let target = env.project.path().join(".ai/knowledge/rye/core/spaces.md");
+    assert_eq!(
+        Path::new(copied["destination_path"].as_str().unwrap()),
+        target
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        copied["content"].as_str().unwrap()
+    );
+
+    let refused = env.fail(&[
+        "load",
+        "knowledge",
+        "rye/core/spaces",
+        "--source",
+        "system",
+        "--to",
+        "project",
+    ]);
+    assert!(refused.contains("already exists"), "{refused}");
+    env.ok(&[
+        "load",
+        "knowledge",
+        "rye/core/spaces",
+        "--source",
+        "system",
+        "--to",
+        "project",
+        "--force",
+    ]);
+
+    let user_copy = env.json(&[
+        "load",
+        "directive",
+        "rye/core/create_knowledge",
+        "--to",
+        "user",
+    ]);
+    assert!(
+        Path::new(user_copy["destination_path"].as_str().unwrap()).starts_with(env.home.path())
+    );
+}
+
+#[test]
+fn load_returns_the_parsed_structure() {
+    let env = Env::new();
+    let json = env.json(&["load", "directive", "rye/core/create_knowledge"]);
+    assert_eq!(json["parsed"]["name"], "create_knowledge");
+    assert_eq!(json["parsed"]["inputs"][0]["name"], "id");
+    assert_eq!(json["parsed"]["process"][0]["name"], "check");
+}
+
+#[test]
+fn errors_name_what_is_wrong_and_exit_nonzero() {
+    let env = Env::new();
+    let missing = env.fail(&["load", "tool", "no/such/tool"]);
+    assert!(
+        missing.contains("tool \"no/such/tool\" not found"),
+        "{missing}"
+    );
+    let escape = env.fail(&["load", "tool", "../../etc/passwd"]);
+    assert!(
+        escape.contains("'.' and '..' segments are not allowed"),
+        "{escape}"
+    );
+    let scope = env.fail(&["search", "gadget"]);
+    assert!(scope.contains("scope \"gadget\""), "{scope}");
+
+    let parser = env.write(".ai/parsers/markdown/xml.wasm", "garbage");
+    let shown = env.ok(&["load", "directive", "rye/core/create_knowledge"]);
+    assert!(
+        shown.contains("parse error") && shown.contains(&parser.display().to_string()),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_second_process_deserializes_instead_of_compiling() {
+    let cache = tempfile::tempdir().unwrap();
+    let env = Env::with_cache(cache.path().to_owned());
+    let first = env.rye(&["search", "all", "rye"]);
+    assert!(first.status.success());
+    let log = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        log.contains("compiled component"),
+        "the first run compiles:\n{log}"
+    );
+
+    let second = env.rye(&["search", "all", "rye"]);
+    assert!(second.status.success());
+    let log = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !log.contains("compiled component"),
+        "the second run compiled again:\n{log}"
+    );
+    assert_eq!(first.stdout, second.stdout);
+}

@@ -1,0 +1,138 @@
+//! Item files built to hurt the parsers (deep nesting, size, garbage)
+//! through the real components: each gets an answer (a document or a clear
+//! parse error), never a trap, and the host keeps serving.
+
+mod common;
+
+use common::write;
+use rye_host::{ItemKind, LoadRequest, Loaded, Rye};
+
+fn load(rye: &Rye, project: &std::path::Path, kind: ItemKind, id: &str) -> Loaded {
+    rye.load(&LoadRequest {
+        project: Some(project.to_owned()),
+        ..LoadRequest::new(kind, id)
+    })
+    .unwrap_or_else(|e| panic!("{kind} {id}: {e}"))
+}
+
+/// The parse error, asserting it is the parser's verdict and not a
+/// component failure (those name the `.wasm` file).
+fn verdict(loaded: &Loaded) -> String {
+    let error = loaded.parse_error.clone().unwrap_or_default();
+    assert!(
+        !error.contains(".wasm"),
+        "the component failed instead of answering: {error}"
+    );
+    error
+}
+
+#[test]
+fn deep_nesting_gets_an_answer_from_every_parser() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let n = 5000;
+    let (open, close) = ("[".repeat(n), "]".repeat(n));
+    write(
+        p,
+        ".ai/tools/deep/py.py",
+        format!("__version__ = '1.0.0'\nDEEP = {open}1{close}\n"),
+    );
+    write(
+        p,
+        ".ai/tools/deep/js.js",
+        format!("export const __version__ = '1.0.0';\nconst DEEP = {open}1{close};\n"),
+    );
+    write(
+        p,
+        ".ai/tools/deep/yaml.yaml",
+        format!("version: '1.0.0'\ndeep: {open}1{close}\n"),
+    );
+    write(
+        p,
+        ".ai/knowledge/deep/k.md",
+        format!("```yaml\nname: k\ndeep: {open}1{close}\n```\nbody\n"),
+    );
+    write(
+        p,
+        ".ai/directives/deep/d.md",
+        format!(
+            "```xml\n<directive name=\"d\" version=\"1.0.0\">\n{}{}\n</directive>\n```\n",
+            "<a>".repeat(n),
+            "</a>".repeat(n)
+        ),
+    );
+    let rye = common::rye(user.path());
+
+    let py = load(&rye, p, ItemKind::Tool, "deep/py");
+    assert_eq!(py.metadata["version"], "1.0.0");
+    assert!(
+        py.diagnostics
+            .iter()
+            .any(|d| d.message.contains("`DEEP`") && d.message.contains("levels deep")),
+        "{:?}",
+        py.diagnostics
+    );
+
+    let js = load(&rye, p, ItemKind::Tool, "deep/js");
+    assert_eq!(js.metadata["version"], "1.0.0");
+    assert!(!js.parsed.contains_key("DEEP"));
+
+    assert!(verdict(&load(&rye, p, ItemKind::Tool, "deep/yaml")).contains("invalid YAML"));
+    assert!(verdict(&load(&rye, p, ItemKind::Knowledge, "deep/k")).contains("invalid YAML"));
+    assert!(verdict(&load(&rye, p, ItemKind::Directive, "deep/d")).contains("levels deep"));
+}
+
+#[test]
+fn a_large_file_parses_within_limits() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // About 2 MB of module-level assignments and code.
+    let mut source = String::from("\"\"\"A generated module.\"\"\"\n__version__ = '1.0.0'\n");
+    for i in 0..40_000 {
+        source.push_str(&format!(
+            "NAME_{i} = {{'index': {i}, 'tags': ['a', 'b']}}\ndef f_{i}(x):\n    return x\n"
+        ));
+    }
+    write(project.path(), ".ai/tools/big/module.py", &source);
+    let rye = common::rye(user.path());
+    let loaded = load(&rye, project.path(), ItemKind::Tool, "big/module");
+    assert_eq!(loaded.parse_error, None);
+    assert_eq!(loaded.parsed["NAME_39999"]["index"], 39_999);
+    assert_eq!(loaded.parsed.len(), 40_002);
+}
+
+#[test]
+fn garbage_text_is_a_syntax_error_with_a_position() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    write(
+        p,
+        ".ai/tools/junk/py.py",
+        "__version__ = '1.0.0'\nx = $$$\n",
+    );
+    write(
+        p,
+        ".ai/tools/junk/js.js",
+        "const a = 1;\nconst b = `never closed\n",
+    );
+    write(p, ".ai/tools/junk/yaml.yaml", "a: b: c: [\n");
+    write(
+        p,
+        ".ai/directives/junk/d.md",
+        "```xml\n<directive name=\"d\"><<<</directive>\n```\n",
+    );
+    write(p, ".ai/knowledge/junk/k.md", "```yaml\n: : :\n```\n");
+    let rye = common::rye(user.path());
+    for (kind, id, line) in [
+        (ItemKind::Tool, "junk/py", "line 2"),
+        (ItemKind::Tool, "junk/js", "line 2"),
+        (ItemKind::Tool, "junk/yaml", "line 1"),
+        (ItemKind::Directive, "junk/d", "line 2"),
+        (ItemKind::Knowledge, "junk/k", "line 2"),
+    ] {
+        let error = verdict(&load(&rye, p, kind, id));
+        assert!(
+            error.starts_with("syntax error") && error.contains(line),
+            "{kind} {id}: {error}"
+        );
+    }
+}
