@@ -354,6 +354,10 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
             pool.linear_memory_keep_resident(KEEP_RESIDENT);
             pool.table_keep_resident(64 * 1024);
             pool.decommit_batch_size(32);
+            // Async fiber stacks: this host calls components synchronously
+            // and never uses them, and preparing the default thousand
+            // (a guard page each) was most of engine start.
+            pool.total_stacks(1);
             let mut config = base_config();
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             match Engine::new(&config) {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use rye_components::{
     ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World,
 };
-use rye_space::{Extractors, ItemKind, Space, Spaces};
+use rye_space::{Extractors, ItemKind, ListingCache, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::cache::Generational;
@@ -36,6 +36,7 @@ pub struct Rye {
     user_base: Option<PathBuf>,
     parses: Mutex<Generational<ParseKey, Outcome>>,
     pub(crate) index: Mutex<Index>,
+    pub(crate) listings: ListingCache,
 }
 
 /// One item file read by its parser.
@@ -72,6 +73,7 @@ impl Rye {
             user_base: config.user_base,
             parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
             index: Mutex::default(),
+            listings: ListingCache::new(),
         })
     }
 

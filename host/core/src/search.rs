@@ -320,7 +320,7 @@ impl Rye {
 
         // Every listed item (for shadowing, whether it matches or not), and
         // the matches as (score, index into `listed`, document).
-        let mut listed: Vec<Listed> = Vec::new();
+        let mut listings = Vec::new();
         for kind in &kinds {
             let extractor = extractors.require(*kind)?;
             for root in spaces
@@ -328,14 +328,19 @@ impl Rye {
                 .iter()
                 .filter(|r| request.source.includes(r.space))
             {
-                let items = spaces.list(*kind, root.space, &extractor.extensions)?;
-                listed.extend(
-                    items
-                        .into_iter()
-                        .filter(|item| in_namespace(&item.id, namespace.as_deref())),
-                );
+                listings.push(spaces.list_cached(
+                    &self.listings,
+                    *kind,
+                    root.space,
+                    &extractor.extensions,
+                )?);
             }
         }
+        let listed: Vec<&Listed> = listings
+            .iter()
+            .flat_map(|l| l.iter())
+            .filter(|item| in_namespace(&item.id, namespace.as_deref()))
+            .collect();
 
         // Documents and scores, computed on a few threads: on a warm index
         // this is lookups and matching, on a cold one mostly parsing.
@@ -438,7 +443,7 @@ impl Rye {
         &self,
         spaces: &Spaces,
         extractors: &Extractors,
-        items: &[Listed],
+        items: &[&Listed],
     ) -> Vec<Arc<SearchDoc>> {
         let mut parsers = ParserLookup::default();
         let parser_hashes: Vec<[u8; 32]> = items
@@ -472,7 +477,7 @@ impl Rye {
         let mut fresh = Vec::new();
         for (i, slot) in docs.iter_mut().enumerate() {
             if slot.is_none() {
-                let doc = Arc::new(self.read_doc(spaces, extractors, &mut parsers, &items[i]));
+                let doc = Arc::new(self.read_doc(spaces, extractors, &mut parsers, items[i]));
                 fresh.push((i, doc.clone()));
                 *slot = Some(doc);
             }

@@ -426,6 +426,28 @@ fn an_edited_item_is_reparsed() {
     std::fs::write(&path, TOOL.replace("Count words.", "Tally tokens.")).unwrap();
     assert_eq!(search("words"), 0);
     assert_eq!(search("tokens"), 1);
+
+    write(
+        project.path(),
+        ".ai/tools/demo/nested/more.py",
+        TOOL.replace("Count words.", "More tokens."),
+    );
+    assert_eq!(
+        search("tokens"),
+        2,
+        "a new file in a new folder is found at once"
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(search("tokens"), 1, "a deleted file is gone at once");
+    std::fs::rename(
+        project.path().join(".ai/tools/demo/nested"),
+        project.path().join(".ai/tools/demo/moved"),
+    )
+    .unwrap();
+    let found = rye
+        .search(&SearchRequest::new("tool.demo", "tokens").project(project.path()))
+        .unwrap();
+    assert_eq!(found.results[0].id, "demo/moved/more");
 }
 
 #[test]

@@ -120,26 +120,41 @@ impl Spaces {
         if !dir.is_dir() {
             return Ok(Vec::new());
         }
-        let found = crate::walk::list_files(&dir, extensions)?;
-        let mut found = found;
-        found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        let found = crate::walk::list_files(&dir, extensions, &|_| true)?;
+        Ok(group(kind, space, found)
+            .into_iter()
+            .map(|(listed, _)| listed)
+            .collect())
+    }
+}
 
-        let mut listed: Vec<Listed> = Vec::with_capacity(found.len());
-        for (id, _, path, stamp) in found {
-            match listed.last_mut() {
-                Some(last) if last.id == id => last.conflicts.push(path),
-                _ => listed.push(Listed {
+/// Sorts found files by id and extension rank and folds files of one id
+/// into the first one's conflicts; keeps, per item, whether its file is a
+/// symbolic link.
+pub(crate) fn group(
+    kind: ItemKind,
+    space: Space,
+    mut found: crate::walk::Found,
+) -> Vec<(Listed, bool)> {
+    found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let mut listed: Vec<(Listed, bool)> = Vec::with_capacity(found.len());
+    for (id, _, path, stamp, linked) in found {
+        match listed.last_mut() {
+            Some((last, _)) if last.id == id => last.conflicts.push(path),
+            _ => listed.push((
+                Listed {
                     kind,
                     space,
                     id,
                     path,
                     stamp,
                     conflicts: Vec::new(),
-                }),
-            }
+                },
+                linked,
+            )),
         }
-        Ok(listed)
     }
+    listed
 }
 
 /// The extension of `path` with its dot (`.py`), without allocating: only

@@ -12,8 +12,13 @@ use std::path::{Path, PathBuf};
 
 use crate::{FileStamp, SpaceError};
 
-/// One item file: its id, the rank of its extension, its path and stamp.
-pub(crate) type Found = Vec<(String, usize, PathBuf, FileStamp)>;
+/// One item file: its id, the rank of its extension, its path and stamp,
+/// and whether it was reached through a symbolic link to a file.
+pub(crate) type Found = Vec<(String, usize, PathBuf, FileStamp, bool)>;
+
+/// Called with each folder just before it is read (to watch it); returns
+/// false if it could not.
+pub(crate) type Hook<'a> = &'a (dyn Fn(&Path) -> bool + Sync);
 
 /// Names never listed: hidden and private files, and folders of caches and
 /// dependencies that sit beside tools.
@@ -69,7 +74,12 @@ mod unix {
         Ok((fd, id))
     }
 
-    pub(crate) fn list_files(base: &Path, extensions: &[String]) -> Result<Found, SpaceError> {
+    pub(crate) fn list_files(
+        base: &Path,
+        extensions: &[String],
+        hook: Hook<'_>,
+    ) -> Result<Found, SpaceError> {
+        hook(base);
         let (fd, id) = open_dir(base)?;
         let mut found = Found::new();
         let mut subdirs = Vec::new();
@@ -81,7 +91,7 @@ mod unix {
             .min(4);
         if threads < 2 || subdirs.len() < 2 {
             for sub in subdirs {
-                walk(sub, extensions, &mut vec![id], &mut found)?;
+                walk(sub, extensions, hook, &mut vec![id], &mut found)?;
             }
             return Ok(found);
         }
@@ -96,7 +106,7 @@ mod unix {
                     scope.spawn(move || {
                         let mut found = Found::new();
                         for sub in share {
-                            walk(sub, extensions, &mut vec![id], &mut found)?;
+                            walk(sub, extensions, hook, &mut vec![id], &mut found)?;
                         }
                         Ok(found)
                     })
@@ -123,9 +133,11 @@ mod unix {
     fn walk(
         dir: Subdir,
         extensions: &[String],
+        hook: Hook<'_>,
         ancestors: &mut Vec<DirId>,
         found: &mut Found,
     ) -> Result<(), SpaceError> {
+        hook(&dir.path);
         let (fd, id) = open_dir(&dir.path)?;
         if ancestors.contains(&id) {
             return Ok(());
@@ -135,7 +147,7 @@ mod unix {
         visit(&fd, &dir.path, &dir.prefix, extensions, found, &mut subdirs)?;
         drop(fd);
         for sub in subdirs {
-            walk(sub, extensions, ancestors, found)?;
+            walk(sub, extensions, hook, ancestors, found)?;
         }
         ancestors.pop();
         Ok(())
@@ -159,6 +171,7 @@ mod unix {
                 continue;
             }
             let mut file_type = entry.file_type();
+            let linked = file_type == FileType::Symlink;
             let mut stat = None;
             if matches!(file_type, FileType::Symlink | FileType::Unknown) {
                 // Follows the link; a dangling one is not an item.
@@ -182,7 +195,7 @@ mod unix {
                         None => rustix::fs::statat(fd, name, AtFlags::empty())
                             .map_err(|e| io(&path.join(name), e))?,
                     };
-                    found.push((id, rank, path.join(name), FileStamp::of_stat(&stat)));
+                    found.push((id, rank, path.join(name), FileStamp::of_stat(&stat), linked));
                 }
                 _ => {}
             }
@@ -195,7 +208,11 @@ mod unix {
 mod portable {
     use super::*;
 
-    pub(crate) fn list_files(base: &Path, extensions: &[String]) -> Result<Found, SpaceError> {
+    pub(crate) fn list_files(
+        base: &Path,
+        extensions: &[String],
+        _hook: Hook<'_>,
+    ) -> Result<Found, SpaceError> {
         let mut found = Found::new();
         let mut ancestors = Vec::new();
         walk(base, "", extensions, &mut ancestors, &mut found)?;
@@ -237,7 +254,7 @@ mod portable {
             } else if meta.is_file()
                 && let Some((id, rank)) = item_id(prefix, &name, extensions)
             {
-                found.push((id, rank, path, FileStamp::of(&meta)));
+                found.push((id, rank, path, FileStamp::of(&meta), linked));
             }
         }
         ancestors.pop();

@@ -1,0 +1,311 @@
+//! Listings kept between requests by a long-running host.
+//!
+//! Listing a big tree means a `stat` per file, and a warm search is mostly
+//! that. On Linux a [`ListingCache`] watches every folder of a listed tree
+//! with inotify, adding each watch before the folder is read. A later
+//! listing first drains the tree's events without blocking: events are
+//! queued when the change's system call returns, so every change completed
+//! before the request began is seen. No event means the last listing still
+//! holds and nothing is read from disk, except files reached through a
+//! symbolic link, whose targets live outside the watched folders and are
+//! `stat`ed every time. Any event, or a full queue, makes the next listing
+//! walk the tree again (with fresh watches).
+//!
+//! Not noticed, as with any inotify user: writes through a memory map,
+//! and writes through a hard link from outside the tree. Where inotify is
+//! unavailable (another OS, or the watch limit reached) every listing walks.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::resolve::group;
+use crate::{FileStamp, ItemKind, Listed, Space, SpaceError, Spaces};
+
+/// Listings of item trees, kept fresh by watching them. Share one per
+/// process.
+#[derive(Default)]
+pub struct ListingCache {
+    trees: Mutex<HashMap<TreeKey, Arc<Mutex<Tree>>>>,
+}
+
+/// A tree is a kind's folder listed for a set of extensions.
+type TreeKey = (PathBuf, Vec<String>);
+
+#[derive(Default)]
+struct Tree {
+    /// The last listing, valid while the watches report nothing.
+    listed: Option<Arc<Vec<Listed>>>,
+    /// Indexes (into `listed`) of files that are symbolic links.
+    linked: Vec<usize>,
+    #[cfg(target_os = "linux")]
+    watch: Option<inotify::Watch>,
+}
+
+impl ListingCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Spaces {
+    /// [`Spaces::list`], reusing `cache`'s last listing of the same tree
+    /// when nothing in it has changed since.
+    pub fn list_cached(
+        &self,
+        cache: &ListingCache,
+        kind: ItemKind,
+        space: Space,
+        extensions: &[String],
+    ) -> Result<Arc<Vec<Listed>>, SpaceError> {
+        let Some(root) = self.root(space) else {
+            return Ok(Arc::default());
+        };
+        let dir = root.kind_dir(kind);
+        let tree = cache
+            .trees
+            .lock()
+            .expect("listing cache lock")
+            .entry((dir.clone(), extensions.to_vec()))
+            .or_default()
+            .clone();
+        let mut tree = tree.lock().expect("listing lock");
+
+        if let Some(listed) = tree.fresh()
+            && let Some(listed) = refresh_links(&mut tree, listed)
+        {
+            return Ok(listed);
+        }
+        if !dir.is_dir() {
+            tree.listed = None;
+            return Ok(Arc::default());
+        }
+        #[cfg(target_os = "linux")]
+        let found = {
+            let watch = inotify::Watch::new();
+            let found = match &watch {
+                Some(w) => crate::walk::list_files(&dir, extensions, &|path| w.add(path))?,
+                None => crate::walk::list_files(&dir, extensions, &|_| true)?,
+            };
+            tree.watch = watch.filter(|w| w.complete());
+            found
+        };
+        #[cfg(not(target_os = "linux"))]
+        let found = crate::walk::list_files(&dir, extensions, &|_| true)?;
+
+        let (listed, linked): (Vec<Listed>, Vec<bool>) =
+            group(kind, space, found).into_iter().unzip();
+        tree.linked = linked
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l)
+            .map(|(i, _)| i)
+            .collect();
+        let listed = Arc::new(listed);
+        tree.listed = Some(listed.clone());
+        Ok(listed)
+    }
+}
+
+impl Tree {
+    /// The last listing, if the watches say nothing has changed since.
+    fn fresh(&mut self) -> Option<Arc<Vec<Listed>>> {
+        #[cfg(target_os = "linux")]
+        {
+            let listed = self.listed.clone()?;
+            let unchanged = self.watch.as_ref().is_some_and(inotify::Watch::quiet);
+            if unchanged {
+                return Some(listed);
+            }
+            self.listed = None;
+            self.watch = None;
+            None
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+}
+
+/// Re-`stat`s the listed files that are symbolic links (their targets are
+/// not watched), copying the listing only if one changed. `None` if one is
+/// gone, so the tree is listed again.
+fn refresh_links(tree: &mut Tree, listed: Arc<Vec<Listed>>) -> Option<Arc<Vec<Listed>>> {
+    let mut changed: Option<Vec<Listed>> = None;
+    for &i in &tree.linked {
+        let item = &listed[i];
+        match FileStamp::read(&item.path) {
+            Ok(stamp) if stamp == item.stamp => {}
+            Ok(stamp) => changed.get_or_insert_with(|| listed.as_ref().clone())[i].stamp = stamp,
+            Err(_) => {
+                tree.listed = None;
+                return None;
+            }
+        }
+    }
+    match changed {
+        Some(listing) => {
+            let listing = Arc::new(listing);
+            tree.listed = Some(listing.clone());
+            Some(listing)
+        }
+        None => Some(listed),
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod inotify {
+    use std::mem::MaybeUninit;
+    use std::os::fd::OwnedFd;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+    use rustix::io::Errno;
+
+    /// One inotify instance watching the folders of one tree.
+    pub(super) struct Watch {
+        fd: OwnedFd,
+        /// False once a watch could not be added (the tree is then walked
+        /// every time).
+        complete: AtomicBool,
+    }
+
+    /// Changes that can alter a listing or a file's content.
+    fn interesting() -> WatchFlags {
+        WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::MODIFY
+            | WatchFlags::CLOSE_WRITE
+            | WatchFlags::MOVED_FROM
+            | WatchFlags::MOVED_TO
+            | WatchFlags::ATTRIB
+            | WatchFlags::DELETE_SELF
+            | WatchFlags::MOVE_SELF
+    }
+
+    impl Watch {
+        pub(super) fn new() -> Option<Self> {
+            let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+            Some(Self {
+                fd,
+                complete: AtomicBool::new(true),
+            })
+        }
+
+        /// Watches one folder; called before the folder is read.
+        pub(super) fn add(&self, path: &Path) -> bool {
+            let added = inotify::add_watch(&self.fd, path, interesting()).is_ok();
+            if !added {
+                self.complete.store(false, Ordering::Relaxed);
+            }
+            added
+        }
+
+        pub(super) fn complete(&self) -> bool {
+            self.complete.load(Ordering::Relaxed)
+        }
+
+        /// Drains pending events; true if there were none.
+        pub(super) fn quiet(&self) -> bool {
+            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(&self.fd, &mut buf);
+            let mut quiet = true;
+            loop {
+                match reader.next() {
+                    Ok(event) => {
+                        // A removed watch reports IN_IGNORED after the event
+                        // that removed it; it changes nothing by itself.
+                        if !event.events().contains(ReadFlags::IGNORED)
+                            || event.events().contains(ReadFlags::QUEUE_OVERFLOW)
+                        {
+                            quiet = false;
+                        }
+                    }
+                    Err(Errno::AGAIN) => return quiet,
+                    Err(_) => return false,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn write(path: &Path, content: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    fn ids(listed: &[Listed]) -> Vec<&str> {
+        listed.iter().map(|l| l.id.as_str()).collect()
+    }
+
+    #[test]
+    fn follows_every_kind_of_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tools = tmp.path().join(".ai/tools");
+        write(&tools.join("a/one.py"), "1");
+        let spaces = Spaces::new(None, None, tmp.path());
+        let cache = ListingCache::new();
+        let exts = vec![".py".to_owned()];
+        let list = || {
+            spaces
+                .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+                .unwrap()
+        };
+
+        let first = list();
+        assert_eq!(ids(&first), ["a/one"]);
+        let again = list();
+        #[cfg(target_os = "linux")]
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an unchanged tree is not read again"
+        );
+        assert_eq!(ids(&again), ["a/one"]);
+
+        write(&tools.join("a/two.py"), "2");
+        assert_eq!(ids(&list()), ["a/one", "a/two"]);
+
+        let before = list()[0].stamp;
+        write(&tools.join("a/one.py"), "changed");
+        assert_ne!(list()[0].stamp, before, "an edit is seen at once");
+
+        write(&tools.join("b/c/deep.py"), "3");
+        assert_eq!(ids(&list()), ["a/one", "a/two", "b/c/deep"]);
+        write(&tools.join("b/c/deeper.py"), "4");
+        assert_eq!(ids(&list()), ["a/one", "a/two", "b/c/deep", "b/c/deeper"]);
+
+        std::fs::rename(tools.join("b"), tools.join("z")).unwrap();
+        assert_eq!(ids(&list()), ["a/one", "a/two", "z/c/deep", "z/c/deeper"]);
+
+        std::fs::remove_dir_all(tools.join("a")).unwrap();
+        assert_eq!(ids(&list()), ["z/c/deep", "z/c/deeper"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn linked_files_are_checked_every_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("src/tool.py");
+        write(&outside, "1");
+        let tools = tmp.path().join(".ai/tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        std::os::unix::fs::symlink(&outside, tools.join("tool.py")).unwrap();
+        let spaces = Spaces::new(None, None, tmp.path());
+        let cache = ListingCache::new();
+        let exts = vec![".py".to_owned()];
+        let stamp = || {
+            spaces
+                .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+                .unwrap()[0]
+                .stamp
+        };
+        let before = stamp();
+        write(&outside, "changed outside the watched folders");
+        assert_ne!(stamp(), before);
+    }
+}
