@@ -5,6 +5,8 @@ mod output;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::Write;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rye_host::{ItemKind, LoadRequest, Rye, RyeConfig, SearchRequest, SourceFilter, Space};
@@ -79,6 +81,13 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`rye search … | head`): nothing to report.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -87,6 +96,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     let rye = Rye::new(RyeConfig::from_env()?).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
     match cli.command {
@@ -107,9 +118,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let response = rye.search(&request)?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&response)?);
+                output::json(&mut out, &response)?;
             } else {
-                output::search(&response);
+                output::search(&mut out, &response)?;
             }
         }
         Command::Load {
@@ -128,11 +139,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 project,
             })?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&loaded)?);
+                output::json(&mut out, &loaded)?;
             } else {
-                output::load(&loaded);
+                output::load(&mut out, &loaded)?;
             }
         }
     }
+    out.flush()?;
     Ok(())
 }
