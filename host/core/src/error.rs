@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use rye_components::ComponentError;
-use rye_space::{ItemKind, SpaceError};
+use rye_space::{ItemKind, SpaceError, display_paths};
 
 /// Errors of the host's operations. Each names the file, id or component
 /// it is about, and the rule that was broken.
@@ -52,12 +52,4 @@ impl HostError {
             source,
         }
     }
-}
-
-fn display_paths(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -60,7 +60,8 @@ impl SpaceError {
     }
 }
 
-fn display_paths(paths: &[PathBuf]) -> String {
+/// Paths as an error message lists them.
+pub fn display_paths(paths: &[PathBuf]) -> String {
     paths
         .iter()
         .map(|p| p.display().to_string())

@@ -26,7 +26,7 @@ mod stamp;
 mod walk;
 mod yaml;
 
-pub use error::SpaceError;
+pub use error::{SpaceError, display_paths};
 pub use extractor::{EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
 pub use kind::ItemKind;

@@ -174,6 +174,11 @@ mod tests {
         vec![".py".into(), ".yaml".into()]
     }
 
+    fn ids(spaces: &Spaces) -> Vec<String> {
+        let listed = spaces.list(ItemKind::Tool, Space::System, &exts()).unwrap();
+        listed.into_iter().map(|l| l.id).collect()
+    }
+
     fn write(path: &Path) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, "x").unwrap();
@@ -236,13 +241,7 @@ mod tests {
             write(&tmp.path().join(".ai/tools").join(f));
         }
         let spaces = Spaces::new(None, None, tmp.path());
-        let ids: Vec<_> = spaces
-            .list(ItemKind::Tool, Space::System, &exts())
-            .unwrap()
-            .into_iter()
-            .map(|l| l.id)
-            .collect();
-        assert_eq!(ids, ["a", "c.config-schema", "lib/b"]);
+        assert_eq!(ids(&spaces), ["a", "c.config-schema", "lib/b"]);
     }
 
     #[cfg(unix)]
@@ -255,13 +254,7 @@ mod tests {
         std::os::unix::fs::symlink(tmp.path().join("elsewhere"), tools.join("ext")).unwrap();
         std::os::unix::fs::symlink(&tools, tools.join("a/loop")).unwrap();
         let spaces = Spaces::new(None, None, tmp.path());
-        let ids: Vec<_> = spaces
-            .list(ItemKind::Tool, Space::System, &exts())
-            .unwrap()
-            .into_iter()
-            .map(|l| l.id)
-            .collect();
-        assert_eq!(ids, ["a/b", "ext/linked"]);
+        assert_eq!(ids(&spaces), ["a/b", "ext/linked"]);
     }
 
     #[test]

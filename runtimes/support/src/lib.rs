@@ -1,4 +1,5 @@
 //! Pieces the built-in parser components share.
 
 pub mod markdown;
+pub mod metadata;
 pub mod yaml;

@@ -21,18 +21,7 @@ mod lexer;
 use lexer::{Tok, Token};
 use rye_guest::parser::{Diagnostic, ParseError, ParseInput, Parsed, Parser};
 use rye_guest::serde_json::{Map, Number, Value};
-
-const METADATA_NAMES: &[&str] = &[
-    "__version__",
-    "__tool_type__",
-    "__executor_id__",
-    "__category__",
-    "__tool_description__",
-    "CONFIG_SCHEMA",
-    "ENV_CONFIG",
-    "CONFIG",
-    "CONFIG_RESOLVE",
-];
+use rye_parse_support::metadata;
 
 pub struct JavaScript;
 
@@ -127,15 +116,12 @@ fn declaration(
                 document.insert(name.clone(), value);
             }
             _ => {
-                if METADATA_NAMES.contains(&name.as_str()) {
-                    diagnostics.push(
-                        Diagnostic::warning(
-                            "javascript/non-literal-metadata",
-                            format!("`{name}` is not assigned a literal value, so it is left out of the metadata"),
-                        )
-                        .at(name_token.line, name_token.col),
-                    );
-                }
+                diagnostics.extend(metadata::non_literal(
+                    "javascript",
+                    name,
+                    name_token.line,
+                    name_token.col,
+                ));
                 // Resume at the value so the caller counts its brackets.
                 return Some(value_start);
             }

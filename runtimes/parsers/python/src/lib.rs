@@ -21,6 +21,7 @@ use lexer::{LogicalLine, StrValue, Tok};
 use literal::Rejection;
 use rye_guest::parser::{Diagnostic, ParseError, ParseInput, Parsed, Parser};
 use rye_guest::serde_json::{Map, Value};
+use rye_parse_support::metadata;
 
 /// Keywords that open a compound statement. A line starting with one is
 /// not a module-level assignment, even if a `;` follows.
@@ -34,20 +35,6 @@ const KEYWORDS: &[&str] = &[
     "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
     "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
     "with", "yield",
-];
-
-/// The names the host maps to tool metadata; a non-literal value for one of
-/// them is worth a warning.
-const METADATA_NAMES: &[&str] = &[
-    "__version__",
-    "__tool_type__",
-    "__executor_id__",
-    "__category__",
-    "__tool_description__",
-    "CONFIG_SCHEMA",
-    "ENV_CONFIG",
-    "CONFIG",
-    "CONFIG_RESOLVE",
 ];
 
 pub struct PythonAst;
@@ -113,15 +100,12 @@ fn assignments(
                 document.insert(name.clone(), json);
             }
             Err(Rejection::NotLiteral) => {
-                if METADATA_NAMES.contains(&name.as_str()) {
-                    diagnostics.push(
-                        Diagnostic::warning(
-                            "python/non-literal-metadata",
-                            format!("`{name}` is not assigned a literal value, so it is left out of the metadata"),
-                        )
-                        .at(target.line, target.col),
-                    );
-                }
+                diagnostics.extend(metadata::non_literal(
+                    "python",
+                    name,
+                    target.line,
+                    target.col,
+                ));
             }
             Err(Rejection::NoJsonForm(reason)) => diagnostics.push(
                 Diagnostic::warning(
