@@ -27,14 +27,30 @@ impl Env {
     }
 
     fn rye(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_rye"))
-            .args(args)
+        self.command(Command::new(env!("CARGO_BIN_EXE_rye")).args(args))
+    }
+
+    /// Runs `rye` with its address space limited to `kib` KiB.
+    #[cfg(target_os = "linux")]
+    fn rye_limited(&self, kib: u64, args: &str) -> Output {
+        let script = format!("ulimit -v {kib}; exec \"$0\" {args}");
+        self.command(
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .arg(env!("CARGO_BIN_EXE_rye")),
+        )
+    }
+
+    fn command(&self, command: &mut Command) -> Output {
+        command
             .current_dir(self.project.path())
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("RYE_CACHE_DIR", &self.cache)
             .env("RYE_LOG", "rye_components=debug")
+            .env("NO_COLOR", "1")
             .output()
             .unwrap()
     }
@@ -202,6 +218,19 @@ fn errors_name_what_is_wrong_and_exit_nonzero() {
         shown.contains("parse error") && shown.contains(&parser.display().to_string()),
         "{shown}"
     );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn without_address_space_for_the_pool_it_allocates_on_demand() {
+    let env = Env::new();
+    // 8 GB: plenty for the host, far too little for the pool's slots.
+    let out = env.rye_limited(8_000_000, "--json search all rye");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("pooling allocator unavailable"), "{log}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["total"].as_u64().unwrap() > 0);
 }
 
 #[test]
