@@ -1,0 +1,266 @@
+//! Rye's subprocess primitive: the one native piece that runs what a chain
+//! planned.
+//!
+//! A [`Plan`] is run exactly as written: the program and its arguments as
+//! argv (no shell unless the program is one), the environment replaced by
+//! the planned one, the working directory, and stdin fed from memory. The
+//! child leads a new process group, so a timeout, a cancellation (dropping
+//! the future) or the end of the run kills every process it started that
+//! stayed in the group. Stdout and stderr are captured up to a cap each;
+//! output past it is read and counted, never buffered, so a chatty child
+//! can neither exhaust memory nor block on a full pipe.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rye_process::SpawnError> {
+//! use std::time::Duration;
+//! let plan = rye_process::Plan::new("echo").arg("hello").timeout(Duration::from_secs(5));
+//! let outcome = rye_process::run(&plan, &rye_process::Capture::default()).await?;
+//! assert_eq!(outcome.stdout, b"hello\n");
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// What to run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub command: String,
+    pub args: Vec<String>,
+    /// The child's whole environment; nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// Written to the child's stdin, which is then closed. `None` gives the
+    /// child an empty stdin.
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Option<Duration>,
+}
+
+impl Plan {
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(bytes.into());
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// How much output to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capture {
+    pub stdout: usize,
+    pub stderr: usize,
+}
+
+impl Default for Capture {
+    /// 16 MiB of stdout (a tool's JSON result), 1 MiB of stderr.
+    fn default() -> Self {
+        Self {
+            stdout: 16 << 20,
+            stderr: 1 << 20,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The exit code, if the child exited rather than being killed.
+    pub code: Option<i32>,
+    /// The signal that ended the child, if one did.
+    pub signal: Option<i32>,
+    /// The timeout passed and the process group was killed.
+    pub timed_out: bool,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Bytes read past the capture cap and dropped.
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
+    pub duration: Duration,
+}
+
+impl Outcome {
+    /// Exited with code 0 in time.
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+}
+
+/// The child could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {command:?}: {source}")]
+pub struct SpawnError {
+    pub command: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// How long to keep reading output after the child has gone: enough for
+/// the pipes to drain, short enough that a process that left the group and
+/// holds them open cannot stall the result.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Runs `plan` and waits for it, within its timeout.
+pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> {
+    let started = Instant::now();
+    let mut command = tokio::process::Command::new(&plan.command);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if plan.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(cwd) = &plan.cwd {
+        command.current_dir(cwd);
+    }
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = command.spawn().map_err(|source| SpawnError {
+        command: plan.command.clone(),
+        source,
+    })?;
+    let group = ProcessGroup(child.id());
+
+    let stdin = child.stdin.take();
+    let input = plan.stdin.clone();
+    let writer = tokio::spawn(async move {
+        if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
+            // A child that exits without reading its input is not an error.
+            let _ = pipe.write_all(&bytes).await;
+            let _ = pipe.shutdown().await;
+        }
+    });
+    let stdout = tokio::spawn(read_capped(child.stdout.take(), capture.stdout));
+    let stderr = tokio::spawn(read_capped(child.stderr.take(), capture.stderr));
+
+    let (status, timed_out) = match plan.timeout {
+        Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+            Ok(status) => (status.ok(), false),
+            Err(_) => {
+                group.kill();
+                (child.wait().await.ok(), true)
+            }
+        },
+        None => (child.wait().await.ok(), false),
+    };
+    // Whatever the child left running in its group goes with it.
+    group.kill();
+    writer.abort();
+
+    let ((stdout, stdout_dropped), (stderr, stderr_dropped)) =
+        (drain(stdout).await, drain(stderr).await);
+    let (code, signal) = match status {
+        Some(status) => (status.code(), exit_signal(&status)),
+        None => (None, None),
+    };
+    Ok(Outcome {
+        code,
+        signal,
+        timed_out,
+        stdout,
+        stderr,
+        stdout_dropped,
+        stderr_dropped,
+        duration: started.elapsed(),
+    })
+}
+
+async fn drain(reader: tokio::task::JoinHandle<(Vec<u8>, u64)>) -> (Vec<u8>, u64) {
+    let abort = reader.abort_handle();
+    match tokio::time::timeout(DRAIN_GRACE, reader).await {
+        Ok(Ok(captured)) => captured,
+        Ok(Err(_)) => (Vec::new(), 0),
+        Err(_) => {
+            abort.abort();
+            (Vec::new(), 0)
+        }
+    }
+}
+
+/// Reads everything, keeping the first `cap` bytes and counting the rest.
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, u64) {
+    let Some(mut pipe) = pipe else {
+        return (Vec::new(), 0);
+    };
+    let mut kept = Vec::new();
+    let mut dropped = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return (kept, dropped),
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&buf[..room]);
+                dropped += (n - room) as u64;
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+#[cfg(not(unix))]
+fn exit_signal(_status: &std::process::ExitStatus) -> Option<i32> {
+    None
+}
+
+/// The child's process group (its id is the child's pid). Killed on drop,
+/// so a cancelled run leaves nothing behind.
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    fn kill(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self
+            .0
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            // ESRCH (already gone) is the usual, fine answer.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

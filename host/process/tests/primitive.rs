@@ -1,0 +1,189 @@
+//! The subprocess primitive against real processes.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rye_process::{Capture, Plan, run};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn sh(script: &str) -> Plan {
+    Plan::new("/bin/sh").arg("-c").arg(script)
+}
+
+/// Whether `pid` is gone (or a zombie waiting to be reaped).
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                == Some("Z")
+        }
+    }
+}
+
+fn wait_for_pid(file: &Path) -> u32 {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(file)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} never appeared", file.display());
+}
+
+#[test]
+fn runs_argv_without_a_shell() {
+    let out = rt()
+        .block_on(run(
+            &Plan::new("/bin/echo").arg("a b").arg("$HOME;*"),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert!(out.success());
+    assert_eq!(out.stdout, b"a b $HOME;*\n");
+}
+
+#[test]
+fn the_environment_is_exactly_the_plan() {
+    let plan = Plan::new("/usr/bin/env")
+        .env("ONLY", "this")
+        .env("AND", "that");
+    let out = rt().block_on(run(&plan, &Capture::default())).unwrap();
+    let mut lines: Vec<_> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["AND=that", "ONLY=this"]);
+}
+
+#[test]
+fn cwd_exit_code_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rt()
+        .block_on(run(
+            &sh("pwd; echo oops >&2; exit 3").cwd(dir.path()),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert_eq!(out.code, Some(3));
+    assert!(!out.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        dir.path().canonicalize().unwrap().to_str().unwrap()
+    );
+    assert_eq!(out.stderr, b"oops\n");
+}
+
+#[test]
+fn ten_megabytes_reach_stdin() {
+    let payload = vec![b'x'; 10 << 20];
+    let out = rt()
+        .block_on(run(
+            &Plan::new("/usr/bin/wc").arg("-c").stdin(payload),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        (10 << 20).to_string()
+    );
+}
+
+#[test]
+fn a_flood_of_output_is_capped_not_buffered() {
+    let capture = Capture {
+        stdout: 1 << 20,
+        stderr: 1 << 10,
+    };
+    let out = rt()
+        .block_on(run(
+            &sh("head -c 100000000 /dev/zero; head -c 5000 /dev/zero >&2"),
+            &capture,
+        ))
+        .unwrap();
+    assert!(out.success());
+    assert_eq!(out.stdout.len(), 1 << 20);
+    assert_eq!(out.stdout_dropped, 100_000_000 - (1 << 20));
+    assert_eq!(out.stderr.len(), 1 << 10);
+    assert_eq!(out.stderr_dropped, 5000 - (1 << 10));
+}
+
+#[test]
+fn a_timeout_kills_the_whole_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("bg.pid");
+    let script = format!("sleep 30 & echo $! > {}; sleep 30", pidfile.display());
+    let started = Instant::now();
+    let out = rt()
+        .block_on(run(
+            &sh(&script).timeout(Duration::from_millis(300)),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert!(out.timed_out);
+    assert!(!out.success());
+    assert_eq!(out.signal, Some(9));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it waited for the sleeps"
+    );
+    let background = wait_for_pid(&pidfile);
+    assert!(dead(background), "the background child survived");
+}
+
+#[test]
+fn leftovers_are_killed_when_the_child_exits() {
+    let out = rt()
+        .block_on(run(&sh("sleep 30 & echo $!"), &Capture::default()))
+        .unwrap();
+    assert!(out.success());
+    let background: u32 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(dead(background));
+}
+
+#[test]
+fn cancelling_the_run_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("child.pid");
+    let plan = sh(&format!("echo $$ > {}; sleep 30", pidfile.display()));
+    let runtime = rt();
+    runtime.block_on(async {
+        let running = tokio::spawn(async move { run(&plan, &Capture::default()).await });
+        let pid = tokio::task::spawn_blocking(move || wait_for_pid(&pidfile))
+            .await
+            .unwrap();
+        running.abort();
+        let _ = running.await;
+        for _ in 0..100 {
+            if dead(pid) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the child outlived its cancelled run");
+    });
+}
+
+#[test]
+fn a_missing_program_is_a_spawn_error_naming_it() {
+    let error = rt()
+        .block_on(run(&Plan::new("/no/such/program"), &Capture::default()))
+        .unwrap_err();
+    assert!(error.to_string().contains("/no/such/program"), "{error}");
+}
