@@ -13,6 +13,9 @@ pub enum HostError {
     #[error(transparent)]
     Component(#[from] ComponentError),
 
+    #[error(transparent)]
+    Chain(#[from] crate::ChainError),
+
     #[error("{}: the {kind} extractor ({}) maps no parser to {extension:?} files", path.display(), extractor.display())]
     NoParserMapped {
         path: PathBuf,

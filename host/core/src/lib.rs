@@ -14,6 +14,7 @@
 //! ```
 
 mod cache;
+mod chain;
 mod config;
 mod error;
 mod load;
@@ -21,6 +22,7 @@ mod metadata;
 mod parse;
 mod search;
 
+pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::RyeConfig;
 pub use error::HostError;
 pub use load::{LoadRequest, Loaded};

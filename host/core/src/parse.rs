@@ -11,6 +11,7 @@ use rye_space::{Extractors, ItemKind, ListingCache, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::cache::Generational;
+use crate::chain::ElementCache;
 use crate::search::Index;
 use crate::{HostError, RyeConfig};
 
@@ -37,6 +38,7 @@ pub struct Rye {
     parses: Mutex<Generational<ParseKey, Outcome>>,
     pub(crate) index: Mutex<Index>,
     pub(crate) listings: ListingCache,
+    pub(crate) elements: Mutex<ElementCache>,
 }
 
 /// One item file read by its parser.
@@ -74,6 +76,7 @@ impl Rye {
             parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
             index: Mutex::default(),
             listings: ListingCache::new(),
+            elements: Mutex::default(),
         })
     }
 

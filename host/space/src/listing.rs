@@ -107,6 +107,77 @@ impl Spaces {
     }
 }
 
+impl Spaces {
+    /// [`Spaces::resolve`] through `cache`'s listings, looking only in
+    /// `within` (in precedence order): a lookup in a watched, unchanged tree
+    /// reads nothing from disk. Also returns the resolved file's stamp.
+    pub fn resolve_cached(
+        &self,
+        cache: &ListingCache,
+        kind: ItemKind,
+        id: &str,
+        extensions: &[String],
+        within: &[Space],
+    ) -> Result<(crate::Resolved, FileStamp), SpaceError> {
+        crate::validate_id(id)?;
+        let mut found: Option<(crate::Location, FileStamp)> = None;
+        let mut shadowed = Vec::new();
+        let mut searched = Vec::new();
+        for root in self.roots().iter().filter(|r| within.contains(&r.space)) {
+            searched.push(root.kind_dir(kind));
+            let listed = self.list_cached(cache, kind, root.space, extensions)?;
+            let Ok(at) = listed.binary_search_by(|l| l.id.as_str().cmp(id)) else {
+                continue;
+            };
+            let item = &listed[at];
+            if found.is_none() {
+                if !item.conflicts.is_empty() {
+                    let mut paths = vec![item.path.clone()];
+                    paths.extend(item.conflicts.iter().cloned());
+                    return Err(SpaceError::Ambiguous {
+                        kind,
+                        id: id.to_owned(),
+                        space: root.space,
+                        paths,
+                    });
+                }
+                found = Some((
+                    crate::Location {
+                        space: root.space,
+                        path: item.path.clone(),
+                    },
+                    item.stamp,
+                ));
+            } else {
+                shadowed.extend(
+                    std::iter::once(&item.path)
+                        .chain(&item.conflicts)
+                        .map(|path| crate::Location {
+                            space: root.space,
+                            path: path.clone(),
+                        }),
+                );
+            }
+        }
+        match found {
+            Some((location, stamp)) => Ok((
+                crate::Resolved {
+                    kind,
+                    id: id.to_owned(),
+                    location,
+                    shadowed,
+                },
+                stamp,
+            )),
+            None => Err(SpaceError::NotFound {
+                kind,
+                id: id.to_owned(),
+                searched,
+            }),
+        }
+    }
+}
+
 impl Tree {
     /// The last listing, if the watches say nothing has changed since.
     fn fresh(&mut self) -> Option<Arc<Vec<Listed>>> {
@@ -284,6 +355,41 @@ mod tests {
 
         std::fs::remove_dir_all(tools.join("a")).unwrap();
         assert_eq!(ids(&list()), ["z/c/deep", "z/c/deeper"]);
+    }
+
+    #[test]
+    fn resolves_through_listings_like_resolve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, system) = (tmp.path().join("p"), tmp.path().join("s"));
+        write(&project.join(".ai/tools/a/b.py"), "1");
+        write(&system.join(".ai/tools/a/b.yaml"), "2");
+        write(&system.join(".ai/tools/only/system.py"), "3");
+        let spaces = Spaces::new(Some(&project), None, &system);
+        let cache = ListingCache::new();
+        let exts = vec![".py".to_owned(), ".yaml".to_owned()];
+        let all = [Space::Project, Space::User, Space::System];
+        for id in ["a/b", "only/system"] {
+            let (cached, _) = spaces
+                .resolve_cached(&cache, ItemKind::Tool, id, &exts, &all)
+                .unwrap();
+            assert_eq!(
+                cached,
+                spaces.resolve(ItemKind::Tool, id, &exts, None).unwrap()
+            );
+        }
+        let (system_only, _) = spaces
+            .resolve_cached(&cache, ItemKind::Tool, "a/b", &exts, &[Space::System])
+            .unwrap();
+        assert_eq!(system_only.location.space, Space::System);
+        assert!(matches!(
+            spaces.resolve_cached(&cache, ItemKind::Tool, "nope", &exts, &all),
+            Err(SpaceError::NotFound { .. })
+        ));
+        write(&project.join(".ai/tools/a/b.yaml"), "twice");
+        assert!(matches!(
+            spaces.resolve_cached(&cache, ItemKind::Tool, "a/b", &exts, &all),
+            Err(SpaceError::Ambiguous { .. })
+        ));
     }
 
     #[cfg(unix)]
