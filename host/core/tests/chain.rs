@@ -49,7 +49,7 @@ fn standard_runtimes_chain_down_to_the_primitive() {
     write(
         p,
         ".ai/tools/demo/legacy.yaml",
-        &runtime("rye/core/primitives/subprocess"),
+        runtime("rye/core/primitives/subprocess"),
     );
     let rye = common::rye(user.path());
     for (tool, runtime) in [
@@ -90,7 +90,7 @@ fn a_project_runtime_shadows_the_system_one_visibly() {
     write(
         p,
         ".ai/tools/rye/core/runtimes/python/script.yaml",
-        &runtime("rye/core/primitives/execute"),
+        runtime("rye/core/primitives/execute"),
     );
     let rye = common::rye(user.path());
     let chain = rye.chain(Some(p), "demo/script").unwrap();
@@ -104,9 +104,9 @@ fn a_project_runtime_shadows_the_system_one_visibly() {
 fn a_cycle_is_named_with_its_path() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
-    write(p, ".ai/tools/demo/tool.yaml", &runtime("demo/a"));
-    write(p, ".ai/tools/demo/a.yaml", &runtime("demo/b"));
-    write(p, ".ai/tools/demo/b.yaml", &runtime("demo/a"));
+    write(p, ".ai/tools/demo/tool.yaml", runtime("demo/a"));
+    write(p, ".ai/tools/demo/a.yaml", runtime("demo/b"));
+    write(p, ".ai/tools/demo/b.yaml", runtime("demo/a"));
     let rye = common::rye(user.path());
     let error = chain_error(rye.chain(Some(p), "demo/tool"));
     assert!(
@@ -127,13 +127,13 @@ fn more_than_ten_elements_is_too_deep() {
         write(
             p,
             &format!(".ai/tools/deep/r{i}.yaml"),
-            &runtime(&format!("deep/r{}", i + 1)),
+            runtime(&format!("deep/r{}", i + 1)),
         );
     }
     write(
         p,
         ".ai/tools/deep/r10.yaml",
-        &runtime("rye/core/primitives/execute"),
+        runtime("rye/core/primitives/execute"),
     );
     let rye = common::rye(user.path());
     let error = chain_error(rye.chain(Some(p), "deep/r0"));
@@ -146,7 +146,7 @@ fn more_than_ten_elements_is_too_deep() {
     write(
         p,
         ".ai/tools/deep/r8.yaml",
-        &runtime("rye/core/primitives/execute"),
+        runtime("rye/core/primitives/execute"),
     );
     assert_eq!(rye.chain(Some(p), "deep/r0").unwrap().elements.len(), 10);
 }
@@ -180,12 +180,12 @@ fn a_user_tool_may_not_depend_on_a_project_runtime() {
     write(
         user.path(),
         ".ai/tools/mine/tool.yaml",
-        &runtime("proj/runtime"),
+        runtime("proj/runtime"),
     );
     write(
         project.path(),
         ".ai/tools/proj/runtime.yaml",
-        &runtime("rye/core/primitives/execute"),
+        runtime("rye/core/primitives/execute"),
     );
     let rye = common::rye(user.path());
     let error = chain_error(rye.chain(Some(project.path()), "mine/tool"));
@@ -215,12 +215,12 @@ fn a_system_tool_may_not_depend_on_a_project_runtime() {
     write(
         system.path(),
         ".ai/tools/sys/tool.yaml",
-        &runtime("proj/runtime"),
+        runtime("proj/runtime"),
     );
     write(
         project.path(),
         ".ai/tools/proj/runtime.yaml",
-        &runtime("rye/core/primitives/execute"),
+        runtime("rye/core/primitives/execute"),
     );
     let rye = common::rye_with_system(user.path(), Some(system.path()));
     let error = chain_error(rye.chain(Some(project.path()), "sys/tool"));
@@ -254,7 +254,7 @@ fn a_version_outside_the_parents_constraints_is_refused() {
     write(
         p,
         ".ai/tools/demo/runtime.yaml",
-        &constrained("2.0.0", "3.0.0"),
+        constrained("2.0.0", "3.0.0"),
     );
     let rye = common::rye(user.path());
     let error = chain_error(rye.chain(Some(p), "demo/tool")).to_string();
@@ -267,7 +267,7 @@ fn a_version_outside_the_parents_constraints_is_refused() {
     write(
         p,
         ".ai/tools/demo/runtime.yaml",
-        &constrained("1.0.0", "1.3.9"),
+        constrained("1.0.0", "1.3.9"),
     );
     let error = chain_error(rye.chain(Some(p), "demo/tool")).to_string();
     assert!(error.contains("max_version 1.3.9"), "{error}");
@@ -275,7 +275,7 @@ fn a_version_outside_the_parents_constraints_is_refused() {
     write(
         p,
         ".ai/tools/demo/runtime.yaml",
-        &constrained("1.0.0", "2.0.0"),
+        constrained("1.0.0", "2.0.0"),
     );
     rye.chain(Some(p), "demo/tool").unwrap();
 }
