@@ -1,4 +1,5 @@
-//! Builds the components in `runtimes/` and embeds them, with every file of
+//! Builds the components in `runtimes/` (parsers) and `runtimes/adapters/`
+//! and embeds them, with every file of
 //! the repository's `.ai/`, into the crate, so the binary carries its
 //! system space and works from any directory.
 
@@ -39,7 +40,10 @@ fn main() {
         ));
     }
 
-    for component in rye_wasm_build::build_workspace(&root.join("runtimes/Cargo.toml")) {
+    let built = ["runtimes/Cargo.toml", "runtimes/adapters/Cargo.toml"]
+        .iter()
+        .flat_map(|workspace| rye_wasm_build::build_workspace(&root.join(workspace)));
+    for component in built {
         let install = component.metadata["install"].as_str().unwrap_or_else(|| {
             panic!(
                 "package {} needs [package.metadata.rye] install = \"<path under .ai/>\"",

@@ -7,3 +7,10 @@ pub(crate) mod parser {
         path: "../../wit/rye-plugin@0.1.0",
     });
 }
+
+pub(crate) mod adapter {
+    wasmtime::component::bindgen!({
+        world: "runtime-adapter",
+        path: "../../wit/rye-plugin@0.1.0",
+    });
+}

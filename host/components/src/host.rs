@@ -47,7 +47,12 @@ impl Default for HostConfig {
         Self {
             cache_dir: None,
             parser_limits: Limits::default(),
-            adapter_limits: Limits::default(),
+            // An adapter may wait on the host: a `which`, an interpreter's
+            // resolve command.
+            adapter_limits: Limits {
+                deadline: Duration::from_secs(5),
+                ..Limits::default()
+            },
             validator_limits: Limits::default(),
             pooling: true,
         }
@@ -85,6 +90,7 @@ pub struct LoadedComponent {
 
 pub(crate) enum Pre {
     Parser(bindings::parser::ParserPre<CallState>),
+    Adapter(bindings::adapter::RuntimeAdapterPre<CallState>),
     /// Checked and linked; its calls belong to later parts of the host.
     Other,
 }
@@ -119,6 +125,10 @@ impl ComponentHost {
         let (engine, pooling) = build_engine(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::adapter::rye::plugin::host::add_to_linker::<
+            CallState,
+            wasmtime::component::HasSelf<CallState>,
+        >(&mut linker, |state| state)?;
         let cache = config
             .cache_dir
             .clone()
@@ -229,7 +239,11 @@ impl ComponentHost {
                 bindings::parser::ParserPre::new(instance_pre)
                     .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
             ),
-            World::RuntimeAdapter | World::Validator => Pre::Other,
+            World::RuntimeAdapter => Pre::Adapter(
+                bindings::adapter::RuntimeAdapterPre::new(instance_pre)
+                    .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
+            ),
+            World::Validator => Pre::Other,
         };
         Ok(LoadedComponent {
             path: path.to_owned(),
@@ -268,7 +282,14 @@ impl ComponentHost {
     /// limits armed.
     pub(crate) fn store(&self, world: World) -> Store<CallState> {
         let limits = self.config.limits(world);
-        let mut store = Store::new(&self.engine, CallState::sandboxed(limits.memory));
+        self.store_with(world, CallState::sandboxed(limits.memory))
+    }
+
+    /// A store around `state` (built with the world's memory cap), with the
+    /// world's deadline armed.
+    pub(crate) fn store_with(&self, world: World, state: CallState) -> Store<CallState> {
+        let limits = self.config.limits(world);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
         // One extra tick: the current one may be about to end.

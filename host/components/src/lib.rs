@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod adapter;
 mod bindings;
 mod cache;
 mod error;
@@ -35,6 +36,9 @@ mod parse;
 mod sandbox;
 mod world;
 
+pub use adapter::{
+    AdapterServices, PlanElement, PlanFailure, PlanRequest, PlannedProcess, PluginSpace,
+};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, LoadedComponent, Origin};
 pub use limits::Limits;

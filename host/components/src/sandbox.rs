@@ -1,12 +1,14 @@
 //! The state of one call: a WASI context that grants nothing, a captured
 //! stderr, and the memory limiter.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
+use crate::adapter::AdapterServices;
 use crate::limits::MemoryLimiter;
 
 /// How much of a component's stderr is kept for error messages.
@@ -17,6 +19,8 @@ pub(crate) struct CallState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) stderr: MemoryOutputPipe,
+    /// What the host answers a runtime adapter's questions with.
+    pub(crate) services: Option<Box<dyn AdapterServices>>,
 }
 
 impl CallState {
@@ -24,21 +28,39 @@ impl CallState {
     /// still at the Unix epoch (so timing reveals nothing and results stay
     /// a function of the input); stdin closed, stdout discarded.
     pub(crate) fn sandboxed(memory_cap: usize) -> Self {
+        Self::granted(memory_cap, &[]).expect("no grants, nothing to fail")
+    }
+
+    /// The sandbox plus read-only views of `grants`, each at its own host
+    /// path inside the guest, so paths mean the same on both sides.
+    pub(crate) fn granted(
+        memory_cap: usize,
+        grants: &[PathBuf],
+    ) -> Result<Self, (PathBuf, String)> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
-        let wasi = WasiCtx::builder()
+        let mut builder = WasiCtx::builder();
+        builder
             .stderr(stderr.clone())
             .wall_clock(FrozenClock)
             .monotonic_clock(FrozenClock)
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        Self {
-            wasi,
+            .allow_ip_name_lookup(false);
+        for dir in grants {
+            let guest = dir
+                .to_str()
+                .ok_or_else(|| (dir.clone(), "the path is not UTF-8".to_owned()))?;
+            builder
+                .preopened_dir(dir, guest, FsPerms::ReadOnly)
+                .map_err(|e| (dir.clone(), format!("{e:#}")))?;
+        }
+        Ok(Self {
+            wasi: builder.build(),
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(memory_cap),
             stderr,
-        }
+            services: None,
+        })
     }
 
     pub(crate) fn stderr_text(&self) -> String {

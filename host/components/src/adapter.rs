@@ -1,0 +1,230 @@
+//! Calls into the `runtime-adapter` world, and the host services an adapter
+//! may ask for.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use wasmtime::Store;
+
+use crate::bindings::adapter::exports::rye::plugin::planning as wit;
+use crate::bindings::adapter::rye::plugin::{host as wit_host, types as wit_types};
+use crate::error::{ComponentError, ComponentErrorKind};
+use crate::host::{ComponentHost, LoadedComponent, Pre};
+use crate::sandbox::CallState;
+use crate::world::World;
+
+/// The spaces, as the contract names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginSpace {
+    Project,
+    User,
+    System,
+}
+
+/// Answers to the questions `rye:plugin/host` lets an adapter ask. The item
+/// host implements it with its policy; every answer it gives should be
+/// recorded where the caller's trace can show it.
+pub trait AdapterServices: Send {
+    /// A variable of the host environment, if policy exposes it.
+    fn get_env(&mut self, name: &str) -> Option<String>;
+    /// The host environment as policy exposes it.
+    fn environment(&mut self) -> Vec<(String, String)>;
+    /// `binary` looked up on the host's `PATH`.
+    fn which(&mut self, binary: &str) -> Option<String>;
+    /// Runs the interpreter resolve command chain element `item_id`
+    /// declares, returning the first line it printed.
+    fn run_declared_command(&mut self, item_id: &str) -> Result<String, String>;
+    /// The text of `.ai/config/<path>` in `space`, if the file exists.
+    fn read_config(&mut self, space: PluginSpace, path: &str) -> Result<Option<String>, String>;
+}
+
+/// One element of the chain an adapter plans for.
+#[derive(Debug, Clone)]
+pub struct PlanElement {
+    pub item_id: String,
+    pub space: PluginSpace,
+    pub path: PathBuf,
+    /// The element's normalized metadata, a JSON object.
+    pub metadata: Value,
+}
+
+/// What an adapter is asked to plan.
+#[derive(Debug, Clone)]
+pub struct PlanRequest {
+    /// Tool first, primitive last.
+    pub chain: Vec<PlanElement>,
+    /// The caller's parameters, a JSON object.
+    pub parameters: Value,
+    pub project_path: PathBuf,
+    pub user_space: PathBuf,
+    pub system_space: PathBuf,
+}
+
+/// A process plan and the notes the adapter left for the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedProcess {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout_ms: Option<u64>,
+    pub notes: Vec<(String, Value)>,
+}
+
+/// An adapter's verdict that the chain cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanFailure {
+    #[error("{item_id}: invalid configuration: {message}")]
+    Config { item_id: String, message: String },
+    #[error("{item_id}: interpreter not found: {message}")]
+    InterpreterNotFound { item_id: String, message: String },
+    #[error("{item_id}: template error: {message}")]
+    Template { item_id: String, message: String },
+    #[error("the adapter cannot plan this chain: {0}")]
+    Unsupported(String),
+}
+
+impl ComponentHost {
+    /// Asks a runtime adapter for the plan of one execution. It sees
+    /// read-only views of `grants` (and nothing else of the filesystem) and
+    /// asks `services` for anything more. The outer error is a failure of
+    /// the component; the inner one its verdict on the chain.
+    pub fn plan(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+    ) -> Result<Result<PlannedProcess, PlanFailure>, ComponentError> {
+        let fail = |kind| ComponentError {
+            path: component.path.clone(),
+            kind,
+        };
+        let Pre::Adapter(pre) = &component.pre else {
+            return Err(fail(ComponentErrorKind::WrongWorld {
+                expected: World::RuntimeAdapter.name().to_owned(),
+                found: vec![format!("the {} world", component.world)],
+            }));
+        };
+        let limits = self.config().limits(World::RuntimeAdapter);
+        let mut state = CallState::granted(limits.memory, grants).map_err(|(dir, e)| {
+            fail(ComponentErrorKind::Io(format!(
+                "cannot grant {}: {e}",
+                dir.display()
+            )))
+        })?;
+        state.services = Some(services);
+        let mut store: Store<CallState> = self.store_with(World::RuntimeAdapter, state);
+
+        let input = wit::PlanInput {
+            chain: request
+                .chain
+                .iter()
+                .map(|e| wit::ChainElement {
+                    item_id: e.item_id.clone(),
+                    space: wit_space(e.space),
+                    path: e.path.display().to_string(),
+                    metadata: e.metadata.to_string(),
+                })
+                .collect(),
+            parameters: request.parameters.to_string(),
+            project_path: request.project_path.display().to_string(),
+            user_space: request.user_space.display().to_string(),
+            system_space: request.system_space.display().to_string(),
+        };
+        let result = pre
+            .instantiate(&mut store)
+            .and_then(|adapter| adapter.rye_plugin_planning().call_plan(&mut store, &input));
+        let result = result.map_err(|e| fail(self.classify(&store, World::RuntimeAdapter, e)))?;
+        Ok(match result {
+            Ok(plan) => {
+                let mut notes = Vec::with_capacity(plan.notes.len());
+                for note in plan.notes {
+                    let detail = serde_json::from_str(&note.detail).map_err(|e| {
+                        fail(ComponentErrorKind::BadOutput(format!(
+                            "trace note {:?} is not valid JSON: {e}",
+                            note.step
+                        )))
+                    })?;
+                    notes.push((note.step, detail));
+                }
+                Ok(PlannedProcess {
+                    command: plan.command,
+                    args: plan.args,
+                    env: plan.env.into_iter().map(|v| (v.name, v.value)).collect(),
+                    cwd: plan.cwd,
+                    stdin: plan.stdin,
+                    timeout_ms: plan.timeout_ms,
+                    notes,
+                })
+            }
+            Err(wit::PlanError::Config(e)) => Err(PlanFailure::Config {
+                item_id: e.item_id,
+                message: e.message,
+            }),
+            Err(wit::PlanError::InterpreterNotFound(e)) => Err(PlanFailure::InterpreterNotFound {
+                item_id: e.item_id,
+                message: e.message,
+            }),
+            Err(wit::PlanError::Template(e)) => Err(PlanFailure::Template {
+                item_id: e.item_id,
+                message: e.message,
+            }),
+            Err(wit::PlanError::Unsupported(e)) => Err(PlanFailure::Unsupported(e)),
+        })
+    }
+}
+
+fn wit_space(space: PluginSpace) -> wit_types::Space {
+    match space {
+        PluginSpace::Project => wit_types::Space::Project,
+        PluginSpace::User => wit_types::Space::User,
+        PluginSpace::System => wit_types::Space::System,
+    }
+}
+
+/// Without services (a component that imports `host` outside the adapter
+/// world) every question gets the empty answer.
+impl wit_host::Host for CallState {
+    fn get_env(&mut self, name: String) -> Option<String> {
+        self.services.as_mut()?.get_env(&name)
+    }
+
+    fn environment(&mut self) -> Vec<(String, String)> {
+        self.services
+            .as_mut()
+            .map(|s| s.environment())
+            .unwrap_or_default()
+    }
+
+    fn which(&mut self, binary: String) -> Option<String> {
+        self.services.as_mut()?.which(&binary)
+    }
+
+    fn run_declared_command(&mut self, item_id: String) -> Result<String, String> {
+        match self.services.as_mut() {
+            Some(services) => services.run_declared_command(&item_id),
+            None => Err("this component may not run commands".into()),
+        }
+    }
+
+    fn read_config(
+        &mut self,
+        space: wit_types::Space,
+        path: String,
+    ) -> Result<Option<String>, String> {
+        let space = match space {
+            wit_types::Space::Project => PluginSpace::Project,
+            wit_types::Space::User => PluginSpace::User,
+            wit_types::Space::System => PluginSpace::System,
+        };
+        match self.services.as_mut() {
+            Some(services) => services.read_config(space, &path),
+            None => Err("this component may not read configuration".into()),
+        }
+    }
+}
+
+impl wit_types::Host for CallState {}

@@ -1,0 +1,357 @@
+//! The standard runtime adapter (`rye/standard`): plans how a chain runs
+//! from what its runtime YAML says. See [`plan`] for the rules.
+//!
+//! It reads files only through the host's read-only views (the project and
+//! the tool's folders) and asks the host, through `rye:plugin/host`, for
+//! the environment, `PATH` lookups, an element's own resolve command and
+//! `.ai/config/` files.
+
+mod plan;
+mod template;
+
+#[cfg(target_arch = "wasm32")]
+use rye_guest::adapter::{PlanError, PlanInput, ProcessPlan, RuntimeAdapter, Space};
+
+pub use plan::{Host, plan, space_name};
+
+#[cfg(target_arch = "wasm32")]
+struct Standard;
+
+#[cfg(target_arch = "wasm32")]
+impl RuntimeAdapter for Standard {
+    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {
+        plan::plan(&input, &Granted)
+    }
+}
+
+rye_guest::export_adapter!(Standard);
+
+/// The real host: its services, and the filesystem views it granted.
+#[cfg(target_arch = "wasm32")]
+struct Granted;
+
+#[cfg(target_arch = "wasm32")]
+impl Host for Granted {
+    fn environment(&self) -> Vec<(String, String)> {
+        rye_guest::adapter::host::environment()
+    }
+
+    fn which(&self, binary: &str) -> Option<String> {
+        rye_guest::adapter::host::which(binary)
+    }
+
+    fn run_declared_command(&self, item_id: &str) -> Result<String, String> {
+        rye_guest::adapter::host::run_declared_command(item_id)
+    }
+
+    fn read_config(&self, space: Space, path: &str) -> Result<Option<String>, String> {
+        rye_guest::adapter::host::read_config(space, path)
+    }
+
+    fn is_file(&self, path: &str) -> bool {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file())
+    }
+
+    fn read_file(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap, HashSet};
+
+    use rye_guest::adapter::{ChainElement, PlanError, PlanInput, ProcessPlan, Space};
+    use rye_guest::serde_json::{Value, json};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Fake {
+        env: Vec<(String, String)>,
+        files: HashMap<String, String>,
+        on_path: HashSet<String>,
+        configs: HashMap<(String, String), String>,
+        command_output: Option<Result<String, String>>,
+    }
+
+    impl Host for Fake {
+        fn environment(&self) -> Vec<(String, String)> {
+            self.env.clone()
+        }
+        fn which(&self, binary: &str) -> Option<String> {
+            self.on_path
+                .contains(binary)
+                .then(|| format!("/usr/bin/{binary}"))
+        }
+        fn run_declared_command(&self, _item_id: &str) -> Result<String, String> {
+            self.command_output
+                .clone()
+                .unwrap_or_else(|| Err("none".into()))
+        }
+        fn read_config(&self, space: Space, path: &str) -> Result<Option<String>, String> {
+            Ok(self
+                .configs
+                .get(&(space_name(space).to_owned(), path.to_owned()))
+                .cloned())
+        }
+        fn is_file(&self, path: &str) -> bool {
+            self.files.contains_key(path)
+        }
+        fn read_file(&self, path: &str) -> Option<String> {
+            self.files.get(path).cloned()
+        }
+    }
+
+    fn element(id: &str, path: &str, metadata: Value) -> ChainElement {
+        ChainElement {
+            item_id: id.into(),
+            space: Space::System,
+            path: path.into(),
+            metadata: metadata.to_string(),
+        }
+    }
+
+    fn input(chain: Vec<ChainElement>, parameters: Value) -> PlanInput {
+        PlanInput {
+            chain,
+            parameters: parameters.to_string(),
+            project_path: "/proj".into(),
+            user_space: "/home/me".into(),
+            system_space: "/sys".into(),
+        }
+    }
+
+    fn primitive() -> ChainElement {
+        element(
+            "rye/core/primitives/execute",
+            "/sys/.ai/tools/rye/core/primitives/execute.yaml",
+            json!({"executor_id": null}),
+        )
+    }
+
+    fn env_of(plan: &ProcessPlan) -> BTreeMap<String, String> {
+        plan.env
+            .iter()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect()
+    }
+
+    fn note<'p>(plan: &'p ProcessPlan, step: &str) -> Vec<&'p str> {
+        plan.notes
+            .iter()
+            .filter(|n| n.step == step)
+            .map(|n| n.detail.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn bash_runs_the_callers_command_as_data() {
+        let runtime = element(
+            "rye/core/runtimes/bash/bash",
+            "/sys/.ai/tools/rye/core/runtimes/bash/bash.yaml",
+            json!({"config": {"command": "/bin/bash", "args": ["-c", "{command}", "{tool_path}", "{project_path}"], "input_data": "{params_json}", "timeout": 300}}),
+        );
+        let tool = element(
+            "rye/bash/bash",
+            "/sys/.ai/tools/rye/bash/bash.yaml",
+            json!({"executor_id": "rye/core/runtimes/bash/bash"}),
+        );
+        let params = json!({"command": "echo ${HOME} {tool_path} $(id)"});
+        let plan = plan::plan(
+            &input(vec![tool, runtime, primitive()], params.clone()),
+            &Fake::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.command, "/bin/bash");
+        assert_eq!(
+            plan.args,
+            [
+                "-c",
+                "echo ${HOME} {tool_path} $(id)",
+                "/sys/.ai/tools/rye/bash/bash.yaml",
+                "/proj"
+            ]
+        );
+        assert_eq!(plan.stdin.as_deref(), Some(params.to_string().as_bytes()));
+        assert_eq!(plan.timeout_ms, Some(300_000));
+        assert_eq!(plan.cwd.as_deref(), Some("/proj"));
+    }
+
+    #[test]
+    fn the_tools_env_wins_over_its_runtimes() {
+        let runtime = element(
+            "rt",
+            "/sys/rt.yaml",
+            json!({"env_config": {"env": {"MODE": "runtime", "BASE": "${HOME:-/none}/x"}}, "config": {"command": "run"}}),
+        );
+        let tool = element(
+            "t",
+            "/proj/.ai/tools/t.py",
+            json!({"env_config": {"env": {"MODE": "tool", "DERIVED": "${BASE}/y"}}}),
+        );
+        let fake = Fake {
+            env: vec![
+                ("HOME".into(), "/home/me".into()),
+                ("MODE".into(), "os".into()),
+            ],
+            ..Fake::default()
+        };
+        let plan = plan::plan(&input(vec![tool, runtime, primitive()], json!({})), &fake).unwrap();
+        let env = env_of(&plan);
+        assert_eq!(env["MODE"], "tool");
+        assert_eq!(env["BASE"], "/home/me/x");
+        assert_eq!(env["DERIVED"], "/home/me/x/y");
+        let contributions = note(&plan, "resolve_env");
+        assert_eq!(contributions.len(), 2);
+        assert!(
+            contributions[0].contains("\"rt\""),
+            "runtime first: {contributions:?}"
+        );
+    }
+
+    #[test]
+    fn interpreters_local_system_command_and_fallback() {
+        let local = json!({"env_config": {"interpreter": {"type": "local_binary", "binary": "python", "candidates": ["python3"], "search_paths": [".venv/bin"], "var": "RYE_PYTHON", "fallback": "python3"}}, "config": {"command": "${RYE_PYTHON}"}});
+        let run = |metadata: Value, fake: &Fake| {
+            plan::plan(
+                &input(
+                    vec![
+                        element("t", "/proj/t.py", json!({})),
+                        element("rt", "/sys/rt.yaml", metadata),
+                        primitive(),
+                    ],
+                    json!({}),
+                ),
+                fake,
+            )
+        };
+
+        let mut fake = Fake::default();
+        fake.files
+            .insert("/proj/.venv/bin/python3".into(), String::new());
+        assert_eq!(
+            run(local.clone(), &fake).unwrap().command,
+            "/proj/.venv/bin/python3"
+        );
+        assert_eq!(
+            run(local.clone(), &Fake::default()).unwrap().command,
+            "python3",
+            "the fallback"
+        );
+
+        let system = json!({"env_config": {"interpreter": {"type": "system_binary", "binary": "ruby", "var": "RYE_RUBY"}}, "config": {"command": "${RYE_RUBY}"}});
+        let mut fake = Fake::default();
+        fake.on_path.insert("ruby".into());
+        assert_eq!(run(system.clone(), &fake).unwrap().command, "/usr/bin/ruby");
+        let missing = run(system, &Fake::default()).unwrap_err();
+        assert!(
+            matches!(&missing, PlanError::InterpreterNotFound(e) if e.item_id == "rt" && e.message.contains("ruby on PATH")),
+            "{missing:?}"
+        );
+
+        let command = json!({"env_config": {"interpreter": {"type": "command", "resolve_cmd": ["pyenv", "which", "python"], "var": "PY"}}, "config": {"command": "${PY}"}});
+        let fake = Fake {
+            command_output: Some(Ok("/opt/py/bin/python\n".into())),
+            ..Fake::default()
+        };
+        assert_eq!(run(command, &fake).unwrap().command, "/opt/py/bin/python");
+    }
+
+    #[test]
+    fn an_active_anchor_sets_paths_and_cwd() {
+        let runtime = element(
+            "node",
+            "/sys/.ai/tools/rye/core/runtimes/node/node.yaml",
+            json!({
+                "anchor": {"enabled": true, "mode": "auto", "markers_any": ["package.json"], "root": "tool_dir", "lib": "lib/node", "cwd": "{anchor_path}",
+                           "env_paths": {"NODE_PATH": {"prepend": ["{anchor_path}", "{anchor_path}/node_modules"]}, "PATH": {"prepend": ["{anchor_path}/node_modules/.bin"], "append": ["/extra"]}}},
+                "config": {"command": "node", "args": ["{tool_path}"]}
+            }),
+        );
+        let tool = element("web/fetch", "/proj/.ai/tools/web/fetch.js", json!({}));
+        let mut fake = Fake {
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            ..Fake::default()
+        };
+        let chain = || vec![tool.clone(), runtime.clone(), primitive()];
+
+        let unanchored = plan::plan(&input(chain(), json!({})), &fake).unwrap();
+        assert_eq!(unanchored.cwd.as_deref(), Some("/proj"));
+        assert_eq!(env_of(&unanchored)["PATH"], "/usr/bin:/bin");
+
+        fake.files
+            .insert("/proj/.ai/tools/web/package.json".into(), "{}".into());
+        let anchored = plan::plan(&input(chain(), json!({})), &fake).unwrap();
+        assert_eq!(anchored.cwd.as_deref(), Some("/proj/.ai/tools/web"));
+        let env = env_of(&anchored);
+        assert_eq!(
+            env["NODE_PATH"],
+            "/proj/.ai/tools/web:/proj/.ai/tools/web/node_modules"
+        );
+        assert_eq!(
+            env["PATH"],
+            "/proj/.ai/tools/web/node_modules/.bin:/usr/bin:/bin:/extra"
+        );
+    }
+
+    #[test]
+    fn dotenv_and_config_resolve() {
+        let mut fake = Fake::default();
+        fake.files.insert(
+            "/proj/.env".into(),
+            "# comment\nexport TOKEN=\"abc def\"\nPLAIN=1\n".into(),
+        );
+        fake.configs.insert(
+            ("system".into(), "web/web.yaml".into()),
+            "limits: {rps: 5, burst: 10}\nname: sys\n".into(),
+        );
+        fake.configs.insert(
+            ("project".into(), "web/web.yaml".into()),
+            "limits: {rps: 50}\nextends: x\n".into(),
+        );
+        let tool = element(
+            "t",
+            "/proj/.ai/tools/t.py",
+            json!({"config_resolve": {"path": "web/web.yaml", "mode": "deep_merge"}, "config": {"command": "run", "input_data": "{params_json}"}}),
+        );
+        let plan = plan::plan(&input(vec![tool, primitive()], json!({"q": 1})), &fake).unwrap();
+        let env = env_of(&plan);
+        assert_eq!(env["TOKEN"], "abc def");
+        assert_eq!(env["PLAIN"], "1");
+        let stdin: Value = rye_guest::serde_json::from_slice(plan.stdin.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            stdin,
+            json!({"q": 1, "resolved_config": {"limits": {"rps": 50, "burst": 10}, "name": "sys"}})
+        );
+    }
+
+    #[test]
+    fn bad_configuration_names_the_element() {
+        let tool = element("t", "/t.py", json!({}));
+        let runtime = element("rt", "/rt.yaml", json!({"config": {"args": ["x"]}}));
+        let error = plan::plan(
+            &input(vec![tool.clone(), runtime, primitive()], json!({})),
+            &Fake::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, PlanError::Config(e) if e.message.contains("config.command")),
+            "{error:?}"
+        );
+        let runtime = element(
+            "rt",
+            "/rt.yaml",
+            json!({"config": {"command": "x", "timeout": "soon"}}),
+        );
+        let error = plan::plan(
+            &input(vec![tool, runtime, primitive()], json!({})),
+            &Fake::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, PlanError::Config(e) if e.item_id == "rye/core/primitives/execute" && e.message.contains("soon")),
+            "{error:?}"
+        );
+    }
+}
