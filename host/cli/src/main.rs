@@ -9,7 +9,9 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rye_host::{ItemKind, LoadRequest, Rye, RyeConfig, SearchRequest, SourceFilter, Space};
+use rye_host::{
+    ExecuteRequest, ItemKind, LoadRequest, Rye, RyeConfig, SearchRequest, SourceFilter, Space,
+};
 
 /// Find, inspect, run and sign the items of `.ai/` folders.
 ///
@@ -68,6 +70,27 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Run a tool through its chain, or return a directive or knowledge
+    /// entry ready to follow. Prints the result as JSON; exits 1 when its
+    /// status is "error".
+    Execute {
+        /// tool, directive or knowledge.
+        kind: ItemKind,
+        /// The item id.
+        id: String,
+        /// The parameters, a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        params: String,
+        /// Read the parameters from a file (`-` for stdin) instead.
+        #[arg(long, value_name = "FILE", conflicts_with = "params")]
+        params_file: Option<PathBuf>,
+        /// Build and validate the chain; run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Include every step's events in the result.
+        #[arg(long)]
+        trace: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -89,6 +112,7 @@ fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        Err(e) if e.downcast_ref::<Failed>().is_some() => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -145,7 +169,56 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output::load(&mut out, &loaded)?;
             }
         }
+        Command::Execute {
+            kind,
+            id,
+            params,
+            params_file,
+            dry_run,
+            trace,
+        } => {
+            let text = match params_file {
+                Some(path) if path.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
+                    .context("reading parameters from stdin")?,
+                Some(path) => std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+                None => params,
+            };
+            let parameters: serde_json::Value =
+                serde_json::from_str(&text).context("the parameters are not JSON")?;
+            let request = ExecuteRequest {
+                kind,
+                id,
+                parameters,
+                project,
+                dry_run,
+                trace,
+            };
+            let rye = std::sync::Arc::new(rye);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let result = runtime.block_on(rye.execute(&request));
+            output::json(&mut out, &result)?;
+            out.flush()?;
+            if result["status"] == "error" {
+                return Err(Failed.into());
+            }
+        }
     }
     out.flush()?;
     Ok(())
 }
+
+/// The item ran and failed; its result, already printed, says why.
+#[derive(Debug)]
+struct Failed;
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the execution failed")
+    }
+}
+
+impl std::error::Error for Failed {}

@@ -254,3 +254,62 @@ fn a_second_process_deserializes_instead_of_compiling() {
     );
     assert_eq!(first.stdout, second.stdout);
 }
+
+#[test]
+fn execute_runs_a_tool_and_exits_by_its_status() {
+    let env = Env::new();
+    let result = env.json(&[
+        "execute",
+        "tool",
+        "rye/bash/bash",
+        "--params",
+        r#"{"command": "echo '{\"n\": 42}'"}"#,
+    ]);
+    assert_eq!(result["status"], "success");
+    assert_eq!(result["data"]["n"], 42);
+    assert_eq!(result["chain"].as_array().unwrap().len(), 3);
+
+    let out = env.rye(&[
+        "execute",
+        "tool",
+        "rye/bash/bash",
+        "--params",
+        r#"{"command": "echo bad >&2; exit 2"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let failed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(failed["error"], "bad");
+
+    let dry = env.json(&["execute", "tool", "rye/bash/bash", "--dry-run"]);
+    assert_eq!(dry["status"], "validation_passed");
+
+    let bad_params = env.fail(&["execute", "tool", "rye/bash/bash", "--params", "{not json"]);
+    assert!(
+        bad_params.contains("the parameters are not JSON"),
+        "{bad_params}"
+    );
+}
+
+#[test]
+fn execute_reads_parameters_from_stdin() {
+    use std::io::Write as _;
+    let env = Env::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rye"))
+        .args(["execute", "tool", "rye/bash/bash", "--params-file", "-"])
+        .current_dir(env.project.path())
+        .env("HOME", env.home.path())
+        .env("RYE_CACHE_DIR", &env.cache)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"command": "echo from-stdin"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["data"]["stdout"], "from-stdin\n");
+}

@@ -17,14 +17,17 @@ mod cache;
 mod chain;
 mod config;
 mod error;
+mod execute;
 mod load;
 mod metadata;
 mod parse;
 mod search;
+mod services;
 
 pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::RyeConfig;
 pub use error::HostError;
+pub use execute::{ExecuteRequest, STANDARD_ADAPTER};
 pub use load::{LoadRequest, Loaded};
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};

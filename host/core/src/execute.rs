@@ -1,0 +1,563 @@
+//! Executing items.
+//!
+//! A **tool** runs through its chain: the chain is built and validated, a
+//! runtime adapter component plans the process (the first element naming
+//! `adapter: <name>`, else the standard adapter `rye/standard`, found at
+//! `.ai/adapters/<name>.wasm` through the spaces), and the native
+//! subprocess primitive runs the plan. Any JSON the tool prints is its
+//! `data` (`{}`, `[]`, `0` and `null` included); an object with
+//! `"success": false` makes the run an error; other output comes back as
+//! `stdout`, `stderr` and `return_code`.
+//!
+//! A **directive** returns its parsed structure, its inputs checked and
+//! filled into its text, and the instruction to follow it. **Knowledge**
+//! returns its parsed content.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rye_components::{
+    ComponentError, PlanElement, PlanRequest, PlannedProcess, PluginSpace, World,
+};
+use rye_process::{Capture, Outcome, Plan};
+use rye_space::{Extractors, ItemKind, Space, Spaces};
+use serde_json::{Map, Value, json};
+
+use crate::chain::Chain;
+use crate::services::HostServices;
+use crate::{HostError, LoadRequest, Rye};
+
+/// The adapter used when no element of a chain names one.
+pub const STANDARD_ADAPTER: &str = "rye/standard";
+
+/// An execution.
+#[derive(Debug, Clone)]
+pub struct ExecuteRequest {
+    pub kind: ItemKind,
+    pub id: String,
+    /// The caller's parameters, a JSON object.
+    pub parameters: Value,
+    pub project: Option<PathBuf>,
+    /// Build and validate only; run nothing.
+    pub dry_run: bool,
+    /// Return the events of the execution.
+    pub trace: bool,
+}
+
+impl ExecuteRequest {
+    pub fn new(kind: ItemKind, id: impl Into<String>) -> Self {
+        Self {
+            kind,
+            id: id.into(),
+            parameters: Value::Object(Map::new()),
+            project: None,
+            dry_run: false,
+            trace: false,
+        }
+    }
+}
+
+fn space_of(space: Space) -> PluginSpace {
+    match space {
+        Space::Project => PluginSpace::Project,
+        Space::User => PluginSpace::User,
+        Space::System => PluginSpace::System,
+    }
+}
+
+fn error_result(
+    kind: ItemKind,
+    id: &str,
+    error: impl std::fmt::Display,
+    started: Instant,
+) -> Value {
+    json!({
+        "status": "error",
+        "type": kind,
+        "item_id": id,
+        "error": error.to_string(),
+        "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
+    })
+}
+
+impl Rye {
+    /// Executes an item and returns the result document (see the module
+    /// docs). Failures of the item are results with `"status": "error"`;
+    /// the host itself does not fail.
+    pub async fn execute(self: &Arc<Self>, request: &ExecuteRequest) -> Value {
+        let started = Instant::now();
+        if !request.parameters.is_object() {
+            return error_result(
+                request.kind,
+                &request.id,
+                "parameters must be a JSON object",
+                started,
+            );
+        }
+        match request.kind {
+            ItemKind::Tool => self.execute_tool(request, started).await,
+            ItemKind::Directive => self.execute_directive(request, started),
+            ItemKind::Knowledge => self.execute_knowledge(request, started),
+            ItemKind::Config => error_result(
+                request.kind,
+                &request.id,
+                "config items are not executable",
+                started,
+            ),
+        }
+    }
+
+    async fn execute_tool(self: &Arc<Self>, request: &ExecuteRequest, started: Instant) -> Value {
+        let mut trace = Vec::new();
+        let spaces = self.spaces(request.project.as_deref());
+        let built = Extractors::load(&spaces)
+            .map_err(HostError::from)
+            .and_then(|extractors| self.build_chain(&spaces, &extractors, &request.id));
+        let chain = match built {
+            Ok(chain) => chain,
+            Err(e) => return error_result(ItemKind::Tool, &request.id, e, started),
+        };
+        for element in &chain.elements {
+            trace.push(json!({"step": "resolve", "item_id": element.item_id, "path": element.path, "space": element.space, "shadowed": element.shadowed}));
+        }
+        let summaries = chain.summaries();
+        if request.dry_run {
+            let mut result = json!({
+                "status": "validation_passed",
+                "message": "Tool chain validation passed (dry run)",
+                "type": "tool",
+                "item_id": request.id,
+                "chain": summaries,
+                "validated_pairs": chain.elements.len() - 1,
+                "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
+            });
+            if request.trace {
+                result["trace"] = Value::Array(trace);
+            }
+            return result;
+        }
+
+        let planned = {
+            let rye = self.clone();
+            let project = request.project.clone();
+            let parameters = request.parameters.clone();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let log_for_plan = log.clone();
+            let chain_for_plan = chain.clone();
+            let planned = tokio::task::spawn_blocking(move || {
+                rye.plan_chain(
+                    &spaces,
+                    &chain_for_plan,
+                    project.as_deref(),
+                    parameters,
+                    log_for_plan,
+                )
+            })
+            .await
+            .unwrap_or_else(|e| Err(HostError::Invalid(format!("planning panicked: {e}"))));
+            trace.extend(log.lock().expect("trace log lock").drain(..));
+            planned
+        };
+        let (adapter, plan) = match planned {
+            Ok(planned) => planned,
+            Err(e) => {
+                let mut result = error_result(ItemKind::Tool, &request.id, e, started);
+                result["chain"] = json!(summaries);
+                if request.trace {
+                    result["trace"] = Value::Array(trace);
+                }
+                return result;
+            }
+        };
+        trace.push(json!({"step": "adapter", "path": adapter}));
+        for (step, detail) in &plan.notes {
+            let mut event = json!({"step": step});
+            if let (Value::Object(event), Value::Object(detail)) = (&mut event, detail) {
+                event.extend(detail.clone());
+            }
+            trace.push(event);
+        }
+        trace.push(json!({
+            "step": "plan",
+            "command": plan.command,
+            "args": plan.args,
+            "cwd": plan.cwd,
+            "env_keys": plan.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            "stdin_bytes": plan.stdin.as_ref().map_or(0, Vec::len),
+            "timeout_ms": plan.timeout_ms,
+        }));
+
+        let process = Plan {
+            command: plan.command.clone(),
+            args: plan.args.clone(),
+            env: plan.env.clone(),
+            cwd: plan.cwd.as_ref().map(PathBuf::from),
+            stdin: plan.stdin.clone(),
+            timeout: plan.timeout_ms.map(std::time::Duration::from_millis),
+        };
+        let outcome = match rye_process::run(&process, &Capture::default()).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                let mut result = error_result(ItemKind::Tool, &request.id, e, started);
+                result["chain"] = json!(summaries);
+                if request.trace {
+                    result["trace"] = Value::Array(trace);
+                }
+                return result;
+            }
+        };
+        trace.push(json!({
+            "step": "primitive",
+            "return_code": outcome.code,
+            "signal": outcome.signal,
+            "timed_out": outcome.timed_out,
+            "duration_ms": outcome.duration.as_millis() as u64,
+            "stdout_bytes": outcome.stdout.len() as u64 + outcome.stdout_dropped,
+            "stderr_bytes": outcome.stderr.len() as u64 + outcome.stderr_dropped,
+        }));
+
+        let (data, error) = tool_output(&outcome, plan.timeout_ms);
+        let mut result = json!({
+            "status": if error.is_none() { "success" } else { "error" },
+            "type": "tool",
+            "item_id": request.id,
+            "data": data,
+            "chain": summaries,
+            "metadata": {
+                "duration_ms": started.elapsed().as_millis() as u64,
+                "process_ms": outcome.duration.as_millis() as u64,
+                "return_code": outcome.code,
+            },
+        });
+        if let Some(error) = error {
+            result["error"] = json!(error);
+        }
+        if outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0 {
+            result["metadata"]["truncated"] = json!({"stdout_bytes": outcome.stdout_dropped, "stderr_bytes": outcome.stderr_dropped});
+        }
+        if request.trace {
+            result["trace"] = Value::Array(trace);
+        }
+        result
+    }
+
+    /// Finds the chain's adapter and asks it for the plan.
+    fn plan_chain(
+        &self,
+        spaces: &Spaces,
+        chain: &Chain,
+        project: Option<&Path>,
+        parameters: Value,
+        log: Arc<Mutex<Vec<Value>>>,
+    ) -> Result<(PathBuf, PlannedProcess), HostError> {
+        let named = chain.elements.iter().find_map(|e| {
+            e.metadata
+                .get("adapter")
+                .and_then(Value::as_str)
+                .map(|a| (e, a))
+        });
+        let name = named.map_or(STANDARD_ADAPTER, |(_, name)| name);
+        rye_space::validate_plugin_name(name)?;
+        let mut searched = Vec::new();
+        let mut path = None;
+        for root in spaces.roots() {
+            let candidate = root.ai_dir.join("adapters").join(format!("{name}.wasm"));
+            if candidate.is_file() {
+                path = Some(candidate);
+                break;
+            }
+            searched.push(candidate);
+        }
+        let Some(path) = path else {
+            return Err(HostError::Invalid(format!(
+                "runtime adapter {name:?} not found (looked for {}){}",
+                rye_space::display_paths(&searched),
+                named
+                    .map(|(e, _)| format!("; {} names it", e.item_id))
+                    .unwrap_or_default()
+            )));
+        };
+        let adapter = self.components.load(&path, World::RuntimeAdapter)?;
+
+        let project_path = project
+            .map(Path::to_owned)
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_default();
+        let tool_dir = chain
+            .tool()
+            .path
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        let mut grants: Vec<PathBuf> = Vec::new();
+        for dir in [
+            Some(project_path.clone()),
+            Some(tool_dir.clone()),
+            tool_dir.parent().map(Path::to_owned),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if dir.is_dir() && !grants.contains(&dir) {
+                grants.push(dir);
+            }
+        }
+        let services = HostServices {
+            env: std::env::vars().collect(),
+            commands: chain
+                .elements
+                .iter()
+                .filter_map(|e| {
+                    let argv = e
+                        .metadata
+                        .get("env_config")?
+                        .get("interpreter")?
+                        .get("resolve_cmd")?
+                        .as_array()?;
+                    let argv: Vec<String> = argv
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect();
+                    Some((e.item_id.clone(), argv))
+                })
+                .collect(),
+            config_dirs: spaces
+                .roots()
+                .iter()
+                .map(|r| (space_of(r.space), r.ai_dir.join("config")))
+                .collect::<HashMap<_, _>>(),
+            log,
+        };
+        let request = PlanRequest {
+            chain: chain
+                .elements
+                .iter()
+                .map(|e| PlanElement {
+                    item_id: e.item_id.clone(),
+                    space: space_of(e.space),
+                    path: e.path.clone(),
+                    metadata: Value::Object(e.metadata.clone()),
+                })
+                .collect(),
+            parameters,
+            project_path,
+            user_space: spaces
+                .root(Space::User)
+                .map(|r| r.base.clone())
+                .unwrap_or_default(),
+            system_space: self.system_base().to_owned(),
+        };
+        let planned = self
+            .components
+            .plan(&adapter, &request, &grants, Box::new(services))
+            .map_err(|e: ComponentError| HostError::Component(e))?
+            .map_err(|failure| {
+                HostError::Invalid(format!("runtime adapter {}: {failure}", path.display()))
+            })?;
+        Ok((path, planned))
+    }
+
+    fn execute_directive(&self, request: &ExecuteRequest, started: Instant) -> Value {
+        let loaded = match self.load(&LoadRequest {
+            project: request.project.clone(),
+            ..LoadRequest::new(ItemKind::Directive, request.id.clone())
+        }) {
+            Ok(loaded) => loaded,
+            Err(e) => return error_result(ItemKind::Directive, &request.id, e, started),
+        };
+        if let Some(error) = &loaded.parse_error {
+            return error_result(ItemKind::Directive, &request.id, error, started);
+        }
+        let parameters = request.parameters.as_object().cloned().unwrap_or_default();
+        let declared: Vec<&Map<String, Value>> = loaded
+            .parsed
+            .get("inputs")
+            .and_then(Value::as_array)
+            .map(|inputs| inputs.iter().filter_map(Value::as_object).collect())
+            .unwrap_or_default();
+        let names: Vec<&str> = declared
+            .iter()
+            .filter_map(|i| i.get("name").and_then(Value::as_str))
+            .collect();
+        let unknown: Vec<&str> = parameters
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !names.contains(k))
+            .collect();
+        if !unknown.is_empty() {
+            let mut result = error_result(
+                ItemKind::Directive,
+                &request.id,
+                format!(
+                    "unknown parameters: {}; valid inputs: {}",
+                    unknown.join(", "),
+                    names.join(", ")
+                ),
+                started,
+            );
+            result["declared_inputs"] = json!(declared);
+            return result;
+        }
+        let mut inputs = Map::new();
+        let mut missing = Vec::new();
+        for input in &declared {
+            let Some(name) = input.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            match (parameters.get(name), input.get("default")) {
+                (Some(value), _) => {
+                    inputs.insert(name.to_owned(), value.clone());
+                }
+                (None, Some(default)) => {
+                    inputs.insert(name.to_owned(), default.clone());
+                }
+                (None, None) if input.get("required").and_then(Value::as_bool) == Some(true) => {
+                    missing.push(name)
+                }
+                (None, None) => {}
+            }
+        }
+        if !missing.is_empty() {
+            let mut result = error_result(
+                ItemKind::Directive,
+                &request.id,
+                format!("missing required inputs: {}", missing.join(", ")),
+                started,
+            );
+            result["declared_inputs"] = json!(declared);
+            return result;
+        }
+        let body = fill_inputs(
+            loaded
+                .parsed
+                .get("body")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            &inputs,
+        );
+        let mut data = Value::Object(loaded.parsed.clone());
+        fill_values(&mut data, &inputs);
+        let status = if request.dry_run {
+            "validation_passed"
+        } else {
+            "success"
+        };
+        json!({
+            "status": status,
+            "type": "directive",
+            "item_id": request.id,
+            "data": data,
+            "inputs": inputs,
+            "your_directions": format!(
+                "Follow the directive {:?}: carry out its process steps in order with the inputs given, and \
+                 meet its success criteria.{}",
+                request.id,
+                if body.is_empty() { String::new() } else { format!("\n\n{body}") }
+            ),
+            "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
+        })
+    }
+
+    fn execute_knowledge(&self, request: &ExecuteRequest, started: Instant) -> Value {
+        let loaded = match self.load(&LoadRequest {
+            project: request.project.clone(),
+            ..LoadRequest::new(ItemKind::Knowledge, request.id.clone())
+        }) {
+            Ok(loaded) => loaded,
+            Err(e) => return error_result(ItemKind::Knowledge, &request.id, e, started),
+        };
+        if let Some(error) = &loaded.parse_error {
+            return error_result(ItemKind::Knowledge, &request.id, error, started);
+        }
+        let mut data = loaded.parsed.clone();
+        data.entry("name").or_insert_with(|| json!(request.id));
+        json!({
+            "status": "success",
+            "type": "knowledge",
+            "item_id": request.id,
+            "data": data,
+            "your_directions": "Use this knowledge to inform your decisions.",
+            "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
+        })
+    }
+}
+
+/// The tool's data and, if the run failed, why.
+fn tool_output(outcome: &Outcome, timeout_ms: Option<u64>) -> (Value, Option<String>) {
+    let stdout = String::from_utf8_lossy(&outcome.stdout);
+    let stderr = String::from_utf8_lossy(&outcome.stderr);
+    let parsed = if stdout.trim().is_empty() || outcome.stdout_dropped > 0 {
+        None
+    } else {
+        serde_json::from_str::<Value>(stdout.trim()).ok()
+    };
+    let data = parsed.clone().unwrap_or_else(
+        || json!({"stdout": stdout, "stderr": stderr, "return_code": outcome.code}),
+    );
+    let error = if outcome.timed_out {
+        Some(format!(
+            "timed out after {} s; the process and everything it started were killed",
+            timeout_ms.unwrap_or_default() as f64 / 1000.0
+        ))
+    } else if !outcome.success() {
+        let detail = stderr.trim();
+        Some(match (outcome.code, outcome.signal) {
+            (_, _) if !detail.is_empty() => detail.to_owned(),
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            (None, None) => "ended without a status".to_owned(),
+        })
+    } else {
+        match parsed.as_ref().and_then(Value::as_object) {
+            Some(object) if object.get("success") == Some(&Value::Bool(false)) => Some(
+                object
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .filter(|e| !e.is_empty())
+                    .or_else(|| (!stderr.trim().is_empty()).then(|| stderr.trim().to_owned()))
+                    .unwrap_or_else(|| "the tool reported failure".to_owned()),
+            ),
+            _ => None,
+        }
+    };
+    (data, error)
+}
+
+/// `{name}` in a directive's text replaced by input values (strings as
+/// they are, other values as JSON); unknown names stay.
+fn fill_inputs(text: &str, inputs: &Map<String, Value>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}').map(|close| (&after[..close], close)) {
+            Some((name, close)) if inputs.contains_key(name) => {
+                match &inputs[name] {
+                    Value::String(s) => out.push_str(s),
+                    other => out.push_str(&other.to_string()),
+                }
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn fill_values(value: &mut Value, inputs: &Map<String, Value>) {
+    match value {
+        Value::String(s) => *s = fill_inputs(s, inputs),
+        Value::Array(items) => items.iter_mut().for_each(|v| fill_values(v, inputs)),
+        Value::Object(map) => map.values_mut().for_each(|v| fill_values(v, inputs)),
+        _ => {}
+    }
+}

@@ -1,0 +1,149 @@
+//! What the host tells a runtime adapter when it asks, and the record of
+//! every answer for the trace.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rye_components::{AdapterServices, PluginSpace};
+use serde_json::{Value, json};
+
+/// How long an interpreter's resolve command may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers an adapter's questions for one execution.
+pub(crate) struct HostServices {
+    /// The host process environment (adapters see all of it: what they
+    /// plan runs with it anyway).
+    pub env: Vec<(String, String)>,
+    /// Each chain element's declared `env_config.interpreter.resolve_cmd`.
+    pub commands: HashMap<String, Vec<String>>,
+    /// `.ai/config` of each space.
+    pub config_dirs: HashMap<PluginSpace, PathBuf>,
+    /// Every answer, for the trace.
+    pub log: Arc<Mutex<Vec<Value>>>,
+}
+
+impl HostServices {
+    fn record(&self, event: Value) {
+        self.log.lock().expect("trace log lock").push(event);
+    }
+}
+
+impl AdapterServices for HostServices {
+    fn get_env(&mut self, name: &str) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn environment(&mut self) -> Vec<(String, String)> {
+        self.env.clone()
+    }
+
+    fn which(&mut self, binary: &str) -> Option<String> {
+        let path = self.get_env("PATH").unwrap_or_default();
+        let found = which(binary, &path);
+        self.record(json!({"step": "which", "binary": binary, "found": found}));
+        found
+    }
+
+    fn run_declared_command(&mut self, item_id: &str) -> Result<String, String> {
+        let Some(argv) = self.commands.get(item_id).cloned() else {
+            return Err(format!(
+                "{item_id} declares no env_config.interpreter.resolve_cmd"
+            ));
+        };
+        let result = run_resolve(&argv, &self.env);
+        self.record(json!({"step": "resolve_command", "item_id": item_id, "argv": argv, "result": match &result {
+            Ok(line) => json!({"ok": line}),
+            Err(e) => json!({"error": e}),
+        }}));
+        result
+    }
+
+    fn read_config(&mut self, space: PluginSpace, path: &str) -> Result<Option<String>, String> {
+        rye_space::validate_plugin_name(path).map_err(|e| e.to_string())?;
+        let Some(dir) = self.config_dirs.get(&space) else {
+            return Ok(None);
+        };
+        let file = dir.join(path);
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("{}: {e}", file.display())),
+        };
+        self.record(
+            json!({"step": "read_config", "space": space, "path": file, "found": text.is_some()}),
+        );
+        Ok(text)
+    }
+}
+
+/// `binary` (a plain name) in the folders of `path`, if it is an
+/// executable file there.
+fn which(binary: &str, path: &str) -> Option<String> {
+    if binary.is_empty() || binary.contains('/') {
+        return None;
+    }
+    std::env::split_paths(path)
+        .map(|dir| dir.join(binary))
+        .find(|candidate| is_executable(candidate))
+        .map(|p| p.display().to_string())
+}
+
+fn is_executable(path: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.is_file() && meta.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    meta.is_file()
+}
+
+/// Runs a declared resolve command and returns the first line it printed.
+fn run_resolve(argv: &[String], env: &[(String, String)]) -> Result<String, String> {
+    let (program, args) = argv.split_first().ok_or("the resolve command is empty")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut out = String::new();
+                if let Some(mut stdout) = child.stdout.take() {
+                    use std::io::Read;
+                    let _ = stdout.read_to_string(&mut out);
+                }
+                if !status.success() {
+                    return Err(format!("{program} exited with {status}"));
+                }
+                return Ok(out.lines().next().unwrap_or_default().trim().to_owned());
+            }
+            Ok(None) if started.elapsed() > RESOLVE_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{program} ran past {} s and was killed",
+                    RESOLVE_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("waiting for {program}: {e}")),
+        }
+    }
+}
