@@ -94,6 +94,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_library_backtraces();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -117,6 +118,18 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `RUST_BACKTRACE=1` also makes every library error capture a stack trace,
+/// and the WASI layer builds an error for each file a component looks for
+/// and does not find: a measurable cost on every component call. Panics
+/// keep their backtraces; an explicit `RUST_LIB_BACKTRACE` is respected.
+fn quiet_library_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: called first thing in main, before any other thread
+        // exists, so nothing can read the environment concurrently.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     }
 }
 

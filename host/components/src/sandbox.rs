@@ -40,6 +40,10 @@ impl CallState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut builder = WasiCtx::builder();
         builder
+            // Calls are synchronous already (on a blocking thread or in
+            // block_in_place); a trip to tokio's blocking pool for every
+            // file a guest looks at would only add latency.
+            .allow_blocking_current_thread(true)
             .stderr(stderr.clone())
             .wall_clock(FrozenClock)
             .monotonic_clock(FrozenClock)

@@ -91,6 +91,12 @@ fn config(cache: &Path) -> RyeConfig {
 }
 
 fn main() {
+    // As the `rye` binary does: no stack traces for library errors (see
+    // quiet_library_backtraces in host/cli/src/main.rs).
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
     if std::env::args().any(|a| a == "profile-start") {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(5) {

@@ -181,7 +181,7 @@ impl Rye {
         tool_id: &str,
     ) -> Result<Chain, HostError> {
         let spaces = self.spaces(project);
-        let extractors = Extractors::load(&spaces)?;
+        let extractors = self.extractors(&spaces)?;
         self.build_chain(&spaces, &extractors, tool_id)
     }
 

@@ -22,7 +22,7 @@ use rye_components::{
     ComponentError, PlanElement, PlanRequest, PlannedProcess, PluginSpace, World,
 };
 use rye_process::{Capture, Outcome, Plan};
-use rye_space::{Extractors, ItemKind, Space, Spaces};
+use rye_space::{ItemKind, Space, Spaces};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
@@ -112,13 +112,14 @@ impl Rye {
     async fn execute_tool(self: &Arc<Self>, request: &ExecuteRequest, started: Instant) -> Value {
         let mut trace = Vec::new();
         let spaces = self.spaces(request.project.as_deref());
-        let built = Extractors::load(&spaces)
-            .map_err(HostError::from)
+        let built = self
+            .extractors(&spaces)
             .and_then(|extractors| self.build_chain(&spaces, &extractors, &request.id));
         let chain = match built {
             Ok(chain) => chain,
             Err(e) => return error_result(ItemKind::Tool, &request.id, e, started),
         };
+        let chain_us = started.elapsed().as_micros() as u64;
         for element in &chain.elements {
             trace.push(json!({"step": "resolve", "item_id": element.item_id, "path": element.path, "space": element.space, "shadowed": element.shadowed}));
         }
@@ -139,27 +140,22 @@ impl Rye {
             return result;
         }
 
+        let plan_started = Instant::now();
         let planned = {
-            let rye = self.clone();
-            let project = request.project.clone();
-            let parameters = request.parameters.clone();
             let log = Arc::new(Mutex::new(Vec::new()));
-            let log_for_plan = log.clone();
-            let chain_for_plan = chain.clone();
-            let planned = tokio::task::spawn_blocking(move || {
-                rye.plan_chain(
+            let planned = blocking(|| {
+                self.plan_chain(
                     &spaces,
-                    &chain_for_plan,
-                    project.as_deref(),
-                    parameters,
-                    log_for_plan,
+                    &chain,
+                    request.project.as_deref(),
+                    request.parameters.clone(),
+                    log.clone(),
                 )
-            })
-            .await
-            .unwrap_or_else(|e| Err(HostError::Invalid(format!("planning panicked: {e}"))));
+            });
             trace.extend(log.lock().expect("trace log lock").drain(..));
             planned
         };
+        let plan_us = plan_started.elapsed().as_micros() as u64;
         let (adapter, plan) = match planned {
             Ok(planned) => planned,
             Err(e) => {
@@ -227,7 +223,9 @@ impl Rye {
             "chain": summaries,
             "metadata": {
                 "duration_ms": started.elapsed().as_millis() as u64,
-                "process_ms": outcome.duration.as_millis() as u64,
+                "chain_us": chain_us,
+                "plan_us": plan_us,
+                "process_us": outcome.duration.as_micros() as u64,
                 "return_code": outcome.code,
             },
         });
@@ -241,6 +239,25 @@ impl Rye {
             result["trace"] = Value::Array(trace);
         }
         result
+    }
+
+    /// The process a tool's execution would run, without running it: the
+    /// chain is built and its adapter asked for the plan (which may run the
+    /// chain's declared interpreter resolve commands). Returns the chain,
+    /// the plan and the host's answers to the adapter.
+    pub fn plan(
+        &self,
+        project: Option<&Path>,
+        tool_id: &str,
+        parameters: Value,
+    ) -> Result<(Chain, PlannedProcess, Vec<Value>), HostError> {
+        let spaces = self.spaces(project);
+        let extractors = self.extractors(&spaces)?;
+        let chain = self.build_chain(&spaces, &extractors, tool_id)?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (_, plan) = self.plan_chain(&spaces, &chain, project, parameters, log.clone())?;
+        let answers = std::mem::take(&mut *log.lock().expect("trace log lock"));
+        Ok((chain, plan, answers))
     }
 
     /// Finds the chain's adapter and asks it for the plan.
@@ -482,6 +499,24 @@ impl Rye {
             "your_directions": "Use this knowledge to inform your decisions.",
             "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
         })
+    }
+}
+
+/// Runs blocking work (a component call) without stalling the reactor. On
+/// a multi-threaded runtime the worker hands its other tasks off for the
+/// duration (cheaper than a trip to the blocking pool). On a current-thread
+/// runtime it runs on a thread of its own: WASI's synchronous calls may
+/// not run inside a runtime's context. Outside any runtime it just runs.
+fn blocking<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        Ok(_) => std::thread::scope(|scope| {
+            scope
+                .spawn(work)
+                .join()
+                .expect("component call thread panicked")
+        }),
+        Err(_) => work(),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use rye_components::Diagnostic;
-use rye_space::{Extractors, ItemKind, Space, SpaceError};
+use rye_space::{ItemKind, Space, SpaceError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -77,7 +77,7 @@ impl Rye {
     /// two files of one id.
     pub fn load(&self, request: &LoadRequest) -> Result<Loaded, HostError> {
         let spaces = self.spaces(request.project.as_deref());
-        let extractors = Extractors::load(&spaces)?;
+        let extractors = self.extractors(&spaces)?;
         let extractor = extractors.require(request.kind)?;
         let resolved = spaces.resolve(
             request.kind,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use rye_components::{
     ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World,
 };
-use rye_space::{Extractors, ItemKind, ListingCache, Space, Spaces};
+use rye_space::{Extractors, FileStamp, ItemKind, ListingCache, Space, Spaces, same_dir};
 use sha2::{Digest, Sha256};
 
 use crate::cache::Generational;
@@ -39,7 +39,14 @@ pub struct Rye {
     pub(crate) index: Mutex<Index>,
     pub(crate) listings: ListingCache,
     pub(crate) elements: Mutex<ElementCache>,
+    /// Per project folder: is it the system space's source, is it the
+    /// user base.
+    projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
+    /// Extractors per set of candidate files, with the files' stamps.
+    extractor_cache: Mutex<ExtractorCache>,
 }
+
+type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
 
 /// One item file read by its parser.
 #[derive(Debug, Clone)]
@@ -77,6 +84,8 @@ impl Rye {
             index: Mutex::default(),
             listings: ListingCache::new(),
             elements: Mutex::default(),
+            projects: Mutex::default(),
+            extractor_cache: Mutex::default(),
         })
     }
 
@@ -96,12 +105,61 @@ impl Rye {
     /// embedded system space was built from, i.e. the Rye repository) has
     /// no separate project space: its items are the system items.
     pub fn spaces(&self, project: Option<&Path>) -> Spaces {
-        let project = project.filter(|p| {
-            let ai = p.join(".ai").canonicalize();
-            let is_system = |dir: &Path| dir.canonicalize().ok() == ai.as_ref().ok().cloned();
-            !(is_system(&self.system_base.join(".ai")) || is_system(rye_system::source_dir()))
+        let Some(project) = project else {
+            return Spaces::from_bases(None, self.user_base.as_deref(), &self.system_base);
+        };
+        let known = self
+            .projects
+            .lock()
+            .expect("project cache lock")
+            .get(project)
+            .copied();
+        let (is_system, is_user) = known.unwrap_or_else(|| {
+            let is_system = same_dir(&project.join(".ai"), &self.system_base.join(".ai"))
+                || same_dir(&project.join(".ai"), rye_system::source_dir());
+            let is_user = self
+                .user_base
+                .as_deref()
+                .is_some_and(|user| same_dir(project, user));
+            // Only answers about folders that exist are kept: a project
+            // folder may be created later.
+            if project.is_dir() {
+                self.projects
+                    .lock()
+                    .expect("project cache lock")
+                    .insert(project.to_owned(), (is_system, is_user));
+            }
+            (is_system, is_user)
         });
-        Spaces::new(project, self.user_base.as_deref(), &self.system_base)
+        let user = self.user_base.as_deref().filter(|_| !is_user);
+        Spaces::from_bases((!is_system).then_some(project), user, &self.system_base)
+    }
+
+    /// The extractors in effect for `spaces`, re-read only when one of
+    /// their files appeared, changed or went away.
+    pub(crate) fn extractors(&self, spaces: &Spaces) -> Result<Arc<Extractors>, HostError> {
+        let candidates: Vec<PathBuf> = spaces
+            .roots()
+            .iter()
+            .flat_map(|root| ItemKind::PRIMARY.map(|kind| Extractors::path_in(&root.ai_dir, kind)))
+            .collect();
+        let stamps: Vec<Option<FileStamp>> =
+            candidates.iter().map(|p| FileStamp::read(p).ok()).collect();
+        if let Some((known, extractors)) = self
+            .extractor_cache
+            .lock()
+            .expect("extractor cache lock")
+            .get(&candidates)
+            && *known == stamps
+        {
+            return Ok(extractors.clone());
+        }
+        let extractors = Arc::new(Extractors::load(spaces)?);
+        self.extractor_cache
+            .lock()
+            .expect("extractor cache lock")
+            .insert(candidates, (stamps, extractors.clone()));
+        Ok(extractors)
     }
 
     /// The parser component `name`, from the first space that has

@@ -316,7 +316,7 @@ impl Rye {
         let (kinds, namespace) = parse_scope(&request.scope)?;
         let query = Query::parse(&request.query).map_err(|e| HostError::Invalid(e.to_string()))?;
         let spaces = self.spaces(request.project.as_deref());
-        let extractors = Extractors::load(&spaces)?;
+        let extractors = self.extractors(&spaces)?;
 
         // Every listed item (for shadowing, whether it matches or not), and
         // the matches as (score, index into `listed`, document).

@@ -32,6 +32,6 @@ pub use id::{validate_id, validate_plugin_name};
 pub use kind::ItemKind;
 pub use listing::ListingCache;
 pub use resolve::{Listed, Location, Resolved, extension_of};
-pub use space::{Space, SpaceRoot, Spaces};
+pub use space::{Space, SpaceRoot, Spaces, same_dir};
 pub use stamp::FileStamp;
 pub use yaml::parse_yaml;

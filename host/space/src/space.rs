@@ -92,13 +92,18 @@ impl Spaces {
     /// base that is the project base (a project in the home directory) is
     /// the project space only, so no item shadows itself.
     pub fn new(project: Option<&Path>, user: Option<&Path>, system: &Path) -> Self {
+        let user = user.filter(|user| !project.is_some_and(|p| same_dir(p, user)));
+        Self::from_bases(project, user, system)
+    }
+
+    /// Spaces from bases already known to be distinct: no filesystem work,
+    /// for callers that checked (and cached) that themselves.
+    pub fn from_bases(project: Option<&Path>, user: Option<&Path>, system: &Path) -> Self {
         let mut roots = Vec::with_capacity(3);
         if let Some(project) = project {
             roots.push(SpaceRoot::new(Space::Project, project));
         }
-        if let Some(user) = user
-            && !project.is_some_and(|p| same_dir(p, user))
-        {
+        if let Some(user) = user {
             roots.push(SpaceRoot::new(Space::User, user));
         }
         roots.push(SpaceRoot::new(Space::System, system));
@@ -119,7 +124,8 @@ impl Spaces {
     }
 }
 
-fn same_dir(a: &Path, b: &Path) -> bool {
+/// Whether two paths name the same folder (after resolving links).
+pub fn same_dir(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,

@@ -1,0 +1,180 @@
+//! `cargo bench -p rye-host --bench execute`: the speed targets of
+//! execution.
+//!
+//! 1. Chain build and validation of a project tool (tool -> python/script
+//!    -> execute), warm: the host has built it before.
+//! 2. The same from a new host (empty in-memory caches, files unchanged on
+//!    disk, compiled components on disk): what a new process pays.
+//! 3. `rye/bash/bash` running `echo hello` through the whole host, against
+//!    a raw spawn of the same command, interleaved in one loop so both see
+//!    the same machine; the difference is the host's overhead.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rye_host::{ExecuteRequest, HostConfig, ItemKind, Rye, RyeConfig};
+use serde_json::json;
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn p90(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() * 9 / 10]
+}
+
+fn host(cache: &Path) -> Rye {
+    Rye::new(RyeConfig {
+        cache_dir: cache.to_owned(),
+        user_base: None,
+        system_base: None,
+        components: HostConfig {
+            cache_dir: Some(cache.join("components")),
+            ..HostConfig::default()
+        },
+    })
+    .unwrap()
+}
+
+fn main() {
+    // As the `rye` binary does: no stack traces for library errors (see
+    // quiet_library_backtraces in host/cli/src/main.rs).
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let tool = project.path().join(".ai/tools/demo/count.py");
+    std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+    std::fs::write(
+        &tool,
+        "\"\"\"Count words.\"\"\"\n__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {'type': 'object'}\n",
+    )
+    .unwrap();
+    let p = project.path();
+
+    // 1. Warm chain.
+    let rye = host(cache.path());
+    rye.chain(Some(p), "demo/count").unwrap();
+    if std::env::args().any(|a| a == "profile-chain") {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            rye.chain(Some(p), "demo/count").unwrap();
+        }
+        return;
+    }
+    let warm: Vec<Duration> = (0..2000)
+        .map(|_| {
+            let started = Instant::now();
+            rye.chain(Some(p), "demo/count").unwrap();
+            started.elapsed()
+        })
+        .collect();
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "chain build + validate, warm",
+        median(warm.clone()),
+        p90(warm)
+    );
+
+    // 2. Cold chain: a new host each time.
+    let cold: Vec<Duration> = (0..30)
+        .map(|_| {
+            let started = Instant::now();
+            let fresh = host(cache.path());
+            fresh.chain(Some(p), "demo/count").unwrap();
+            started.elapsed()
+        })
+        .collect();
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "chain build + validate, new host (cold caches, warm disk)",
+        median(cold.clone()),
+        p90(cold)
+    );
+
+    // 3. Execute against a raw spawn.
+    let rye = Arc::new(rye);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let request = ExecuteRequest {
+        parameters: json!({"command": "echo hello"}),
+        project: Some(p.to_owned()),
+        ..ExecuteRequest::new(ItemKind::Tool, "rye/bash/bash")
+    };
+    let check = runtime.block_on(rye.execute(&request));
+    assert_eq!(check["data"]["stdout"], "hello\n", "{check:#}");
+    if std::env::args().any(|a| a == "profile-plan") {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            rye.plan(Some(p), "rye/bash/bash", json!({"command": "echo hello"}))
+                .unwrap();
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "profile-execute") {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            runtime.block_on(rye.execute(&request));
+        }
+        return;
+    }
+    let (mut host_times, mut raw_times) = (Vec::new(), Vec::new());
+    let mut parts: [Vec<u64>; 3] = Default::default();
+    for _ in 0..300 {
+        let started = Instant::now();
+        let result = runtime.block_on(rye.execute(&request));
+        host_times.push(started.elapsed());
+        assert_eq!(result["status"], "success");
+        for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
+            parts[i].push(result["metadata"][key].as_u64().unwrap());
+        }
+
+        let started = Instant::now();
+        let out = runtime
+            .block_on(async {
+                tokio::process::Command::new("/bin/bash")
+                    .args(["-c", "echo hello"])
+                    .output()
+                    .await
+            })
+            .unwrap();
+        raw_times.push(started.elapsed());
+        assert_eq!(out.stdout, b"hello\n");
+    }
+    let (host_median, raw_median) = (median(host_times.clone()), median(raw_times.clone()));
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "execute rye/bash/bash `echo hello` (whole host)",
+        host_median,
+        p90(host_times)
+    );
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "raw spawn of /bin/bash -c 'echo hello'",
+        raw_median,
+        p90(raw_times)
+    );
+    for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
+        let mut values = parts[i].clone();
+        values.sort();
+        println!(
+            "{:<62} median {:>7} µs",
+            format!("  of which {key}"),
+            values[values.len() / 2]
+        );
+    }
+    println!(
+        "{:<62} {:>16.1?}  ratio {:.2}",
+        "host overhead (difference of medians)",
+        host_median.saturating_sub(raw_median),
+        host_median.as_secs_f64() / raw_median.as_secs_f64()
+    );
+}
