@@ -136,7 +136,11 @@ fn quiet_library_backtraces() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let rye = Rye::new(RyeConfig::from_env()?).context("failed to start the host")?;
+    let mut config = RyeConfig::from_env()?;
+    // One command per process: watching trees would cost more (the kernel
+    // tears the watches down at exit) than it could save.
+    config.watch = false;
+    let rye = Rye::new(config).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
     match cli.command {
         Command::Search {

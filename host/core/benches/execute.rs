@@ -35,6 +35,7 @@ fn host(cache: &Path) -> Rye {
             cache_dir: Some(cache.join("components")),
             ..HostConfig::default()
         },
+        watch: true,
     })
     .unwrap()
 }

@@ -87,6 +87,7 @@ fn config(cache: &Path) -> RyeConfig {
             pooling: std::env::var("RYE_POOLING").map_or(true, |v| v != "0"),
             ..HostConfig::default()
         },
+        watch: true,
     }
 }
 

@@ -15,6 +15,10 @@ pub struct RyeConfig {
     /// binary, written under `cache_dir` on first use.
     pub system_base: Option<PathBuf>,
     pub components: HostConfig,
+    /// Watch listed trees so later searches and chain builds read nothing
+    /// from disk while nothing changed (Linux). Worth it for a long-running
+    /// host; a one-shot command should turn it off.
+    pub watch: bool,
 }
 
 impl RyeConfig {
@@ -53,6 +57,7 @@ impl RyeConfig {
             user_base,
             system_base,
             components,
+            watch: true,
         })
     }
 }

@@ -82,7 +82,11 @@ impl Rye {
             user_base: config.user_base,
             parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
             index: Mutex::default(),
-            listings: ListingCache::new(),
+            listings: if config.watch {
+                ListingCache::new()
+            } else {
+                ListingCache::unwatched()
+            },
             elements: Mutex::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),

@@ -27,6 +27,10 @@ use crate::{FileStamp, ItemKind, Listed, Space, SpaceError, Spaces};
 #[derive(Default)]
 pub struct ListingCache {
     trees: Mutex<HashMap<TreeKey, Arc<Mutex<Tree>>>>,
+    /// Off: every listing walks (for short-lived processes, where setting
+    /// up watches, and the kernel tearing them down at exit, costs more
+    /// than it saves).
+    unwatched: bool,
 }
 
 /// A tree is a kind's folder listed for a set of extensions.
@@ -43,8 +47,17 @@ struct Tree {
 }
 
 impl ListingCache {
+    /// A cache that watches the trees it lists.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A cache that never watches: each listing walks its tree.
+    pub fn unwatched() -> Self {
+        Self {
+            unwatched: true,
+            ..Self::default()
+        }
     }
 }
 
@@ -82,7 +95,11 @@ impl Spaces {
         }
         #[cfg(target_os = "linux")]
         let found = {
-            let watch = inotify::Watch::new();
+            let watch = if cache.unwatched {
+                None
+            } else {
+                inotify::Watch::new()
+            };
             let found = match &watch {
                 Some(w) => crate::walk::list_files(&dir, extensions, &|path| w.add(path))?,
                 None => crate::walk::list_files(&dir, extensions, &|_| true)?,
@@ -355,6 +372,29 @@ mod tests {
 
         std::fs::remove_dir_all(tools.join("a")).unwrap();
         assert_eq!(ids(&list()), ["z/c/deep", "z/c/deeper"]);
+    }
+
+    #[test]
+    fn an_unwatched_cache_walks_every_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join(".ai/tools/a.py"), "1");
+        let spaces = Spaces::new(None, None, tmp.path());
+        let cache = ListingCache::unwatched();
+        let exts = vec![".py".to_owned()];
+        let first = spaces
+            .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+            .unwrap();
+        let second = spaces
+            .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&first, &second));
+        write(&tmp.path().join(".ai/tools/b.py"), "2");
+        assert_eq!(
+            ids(&spaces
+                .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+                .unwrap()),
+            ["a", "b"]
+        );
     }
 
     #[test]

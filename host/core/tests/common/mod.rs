@@ -38,6 +38,7 @@ pub fn rye_with_system(user: &Path, system: Option<&Path>) -> Rye {
             cache_dir: Some(cache.join("components")),
             ..HostConfig::default()
         },
+        watch: true,
     })
     .unwrap()
 }
