@@ -377,17 +377,29 @@ impl Rye {
         Ok((path, planned))
     }
 
-    fn execute_directive(&self, request: &ExecuteRequest, started: Instant) -> Value {
-        let loaded = match self.load(&LoadRequest {
-            project: request.project.clone(),
-            ..LoadRequest::new(ItemKind::Directive, request.id.clone())
-        }) {
-            Ok(loaded) => loaded,
-            Err(e) => return error_result(ItemKind::Directive, &request.id, e, started),
-        };
-        if let Some(error) = &loaded.parse_error {
-            return error_result(ItemKind::Directive, &request.id, error, started);
+    /// The item, parsed, or the error result saying why it cannot be.
+    fn load_parsed(
+        &self,
+        request: &ExecuteRequest,
+        started: Instant,
+    ) -> Result<crate::Loaded, Value> {
+        let loaded = self
+            .load(&LoadRequest {
+                project: request.project.clone(),
+                ..LoadRequest::new(request.kind, request.id.clone())
+            })
+            .map_err(|e| error_result(request.kind, &request.id, e, started))?;
+        match &loaded.parse_error {
+            Some(error) => Err(error_result(request.kind, &request.id, error, started)),
+            None => Ok(loaded),
         }
+    }
+
+    fn execute_directive(&self, request: &ExecuteRequest, started: Instant) -> Value {
+        let loaded = match self.load_parsed(request, started) {
+            Ok(loaded) => loaded,
+            Err(result) => return result,
+        };
         let parameters = request.parameters.as_object().cloned().unwrap_or_default();
         let declared: Vec<&Map<String, Value>> = loaded
             .parsed
@@ -479,16 +491,10 @@ impl Rye {
     }
 
     fn execute_knowledge(&self, request: &ExecuteRequest, started: Instant) -> Value {
-        let loaded = match self.load(&LoadRequest {
-            project: request.project.clone(),
-            ..LoadRequest::new(ItemKind::Knowledge, request.id.clone())
-        }) {
+        let loaded = match self.load_parsed(request, started) {
             Ok(loaded) => loaded,
-            Err(e) => return error_result(ItemKind::Knowledge, &request.id, e, started),
+            Err(result) => return result,
         };
-        if let Some(error) = &loaded.parse_error {
-            return error_result(ItemKind::Knowledge, &request.id, error, started);
-        }
         let mut data = loaded.parsed.clone();
         data.entry("name").or_insert_with(|| json!(request.id));
         json!({
