@@ -1,11 +1,18 @@
 //! Builds the components in `runtimes/` (parsers) and `runtimes/adapters/`
-//! and embeds them, with every file of
-//! the repository's `.ai/`, into the crate, so the binary carries its
-//! system space and works from any directory.
+//! and embeds them, with every file of the repository's `.ai/`, into the
+//! crate, so the binary carries its system space and works from any
+//! directory.
+//!
+//! Every embedded file is signed by a key made for this build: items get a
+//! signature line, components a detached `.sig`. Only the public half of
+//! the key is kept (embedded, trusted by the host); the private half never
+//! leaves this process.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use rye_integrity::{Keypair, format_for, sign_detached, sign_text};
+use rye_space::ItemKind;
 use sha2::{Digest, Sha256};
 
 fn main() {
@@ -54,6 +61,42 @@ fn main() {
     }
     files.sort();
 
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let signed_dir = out_dir.join("signed");
+    let _ = std::fs::remove_dir_all(&signed_dir);
+    let key = Keypair::generate().expect("a signing key for the system space");
+    let now = std::time::SystemTime::now();
+    let mut signed_files = Vec::new();
+    for (relative, path) in &files {
+        let bytes =
+            std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let target = signed_dir.join(relative);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        if relative.ends_with(".wasm") {
+            let hash: [u8; 32] = Sha256::digest(&bytes).into();
+            let sig = signed_dir.join(format!("{relative}.sig"));
+            std::fs::write(&sig, sign_detached(&hash, &key, now)).unwrap();
+            signed_files.push((format!("{relative}.sig"), sig));
+            signed_files.push((relative.clone(), path.clone()));
+            continue;
+        }
+        let kind: ItemKind = relative
+            .split('/')
+            .next()
+            .and_then(|folder| folder.parse().ok())
+            .unwrap_or_else(|| panic!(".ai/{relative} is not under an item folder"));
+        let name = relative.rsplit('/').next().unwrap();
+        let format = format_for(kind, name, &[])
+            .unwrap_or_else(|e| panic!(".ai/{relative} cannot be signed: {e}"));
+        let text =
+            String::from_utf8(bytes).unwrap_or_else(|_| panic!(".ai/{relative} is not UTF-8 text"));
+        let signed = sign_text(&text, &format, &key, now)
+            .unwrap_or_else(|e| panic!(".ai/{relative} cannot be signed: {e}"));
+        std::fs::write(&target, signed).unwrap();
+        signed_files.push((relative.clone(), target));
+    }
+    let files = signed_files;
+
     let mut hash = Sha256::new();
     let mut table = String::new();
     for (relative, path) in &files {
@@ -72,10 +115,12 @@ fn main() {
     let code = format!(
         "pub(crate) static FILES: &[(&str, &[u8])] = &[\n{table}];\n\
          pub(crate) const HASH: &str = {:?};\n\
-         pub(crate) const SOURCE_DIR: &str = {:?};\n",
+         pub(crate) const SOURCE_DIR: &str = {:?};\n\
+         pub(crate) const PUBLIC_KEY_PEM: &str = {:?};\n",
         hex::encode(hash.finalize()),
         ai.display().to_string(),
+        key.public().pem(),
     );
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("bundle.rs");
+    let out = out_dir.join("bundle.rs");
     std::fs::write(out, code).unwrap();
 }

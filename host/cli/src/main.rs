@@ -29,6 +29,16 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
+    /// Let unsigned project items and components run (for development;
+    /// every result that uses one says so). Also RYE_ALLOW_UNSIGNED_PROJECT=1.
+    #[arg(long, global = true)]
+    allow_unsigned_project: bool,
+
+    /// Trust this public key (PEM or trusted-key TOML file) for this run,
+    /// beside the system key and the spaces' trusted keys. Repeatable.
+    #[arg(long = "trusted-key", global = true, value_name = "FILE")]
+    trusted_keys: Vec<PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -91,6 +101,70 @@ enum Command {
         #[arg(long)]
         trace: bool,
     },
+    /// Make, show and trust signing keys.
+    Keys {
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+    /// Sign an item (after its parser reads it as valid) or a component
+    /// (a detached `.sig` beside it), or every one of a space with --all.
+    Sign {
+        /// directive, tool, knowledge, parser, adapter or validator.
+        #[arg(required_unless_present = "all")]
+        kind: Option<String>,
+        /// The item id, or the component's name under its folder.
+        #[arg(required_unless_present = "all")]
+        id: Option<String>,
+        /// The space of the item: project or user.
+        #[arg(long, default_value = "project")]
+        space: Space,
+        /// Sign every item and component of the space.
+        #[arg(long, conflicts_with_all = ["kind", "id"])]
+        all: bool,
+    },
+    /// Check signatures of files or of every file under folders; exits 1
+    /// when any fails.
+    Verify {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Pin a tool's chain in a lockfile (replacing any), or refresh every
+    /// lockfile of the project with --refresh and no tool.
+    Lock {
+        /// The tool id.
+        #[arg(required_unless_present = "refresh")]
+        tool: Option<String>,
+        /// Re-pin (all lockfiles when no tool is named).
+        #[arg(long)]
+        refresh: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysAction {
+    /// Make a signing keypair (never overwrites one).
+    Generate,
+    /// Show the signing key and the keys trusted here.
+    Show,
+    /// Trust a public key: write a trusted-key file signed by your key.
+    Trust {
+        /// A PEM text, or a file holding a PEM or a trusted-key TOML; your
+        /// own public key when omitted.
+        key: Option<String>,
+        /// user or project.
+        #[arg(long, default_value = "user")]
+        space: Space,
+        /// Who the key belongs to.
+        #[arg(long, default_value = "local")]
+        owner: String,
+    },
+    /// Stop trusting a key: remove its trusted-key file.
+    Untrust {
+        fingerprint: String,
+        /// user or project.
+        #[arg(long, default_value = "user")]
+        space: Space,
+    },
 }
 
 fn main() -> ExitCode {
@@ -140,6 +214,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // One command per process: watching trees would cost more (the kernel
     // tears the watches down at exit) than it could save.
     config.watch = false;
+    if cli.allow_unsigned_project {
+        config.integrity.allow_unsigned_project = true;
+    }
+    for file in &cli.trusted_keys {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading the trusted key {}", file.display()))?;
+        let (key, owner) =
+            rye_integrity::read_public_key(&text).with_context(|| format!("{}", file.display()))?;
+        config
+            .trusted_keys
+            .push((key, owner.unwrap_or_else(|| "given".into())));
+    }
+    let key_dir = config.key_dir();
     let rye = Rye::new(config).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
     match cli.command {
@@ -223,8 +310,189 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return Err(Failed.into());
             }
         }
+        Command::Keys { action } => keys(
+            &rye,
+            key_dir,
+            project.as_deref(),
+            action,
+            &mut out,
+            cli.json,
+        )?,
+        Command::Sign {
+            kind,
+            id,
+            space,
+            all,
+        } => {
+            let outcomes = if all {
+                rye.sign_all(project.as_deref(), space)?
+            } else {
+                let what: rye_host::Signable = kind.unwrap_or_default().parse()?;
+                let id = id.unwrap_or_default();
+                vec![
+                    rye.sign(project.as_deref(), what, &id, space)
+                        .map_err(|e| (PathBuf::from(&id), e)),
+                ]
+            };
+            let failed = outcomes.iter().filter(|o| o.is_err()).count();
+            if cli.json {
+                let report: Vec<serde_json::Value> = outcomes
+                    .iter()
+                    .map(|o| match o {
+                        Ok(signed) => serde_json::to_value(signed).unwrap_or_default(),
+                        Err((path, e)) => serde_json::json!({"path": path, "error": e.to_string()}),
+                    })
+                    .collect();
+                output::json(&mut out, &report)?;
+            } else {
+                output::signed(&mut out, &outcomes)?;
+            }
+            out.flush()?;
+            if failed > 0 {
+                return Err(Failed.into());
+            }
+        }
+        Command::Verify { paths } => {
+            let checks = rye.verify_paths(project.as_deref(), &paths);
+            if cli.json {
+                output::json(&mut out, &checks)?;
+            } else {
+                output::verified(&mut out, &checks)?;
+            }
+            out.flush()?;
+            if checks.iter().any(|c| c.failed()) {
+                return Err(Failed.into());
+            }
+        }
+        Command::Lock { tool, refresh } => {
+            let tools = match tool {
+                Some(tool) => vec![tool],
+                None => rye.locked_tools(project.as_deref())?,
+            };
+            let _ = refresh;
+            let mut failed = false;
+            for tool in tools {
+                match rye.lock(project.as_deref(), &tool) {
+                    Ok(path) => writeln!(out, "locked {tool}: {}", path.display())?,
+                    Err(e) => {
+                        failed = true;
+                        writeln!(out, "failed {tool}: {e}")?;
+                    }
+                }
+            }
+            out.flush()?;
+            if failed {
+                return Err(Failed.into());
+            }
+        }
     }
     out.flush()?;
+    Ok(())
+}
+
+fn keys(
+    rye: &Rye,
+    key_dir: Option<PathBuf>,
+    project: Option<&std::path::Path>,
+    action: KeysAction,
+    out: &mut impl Write,
+    json: bool,
+) -> anyhow::Result<()> {
+    let key_dir = key_dir.context("no signing key folder: set RYE_SIGNING_KEY_DIR or HOME")?;
+    match action {
+        KeysAction::Generate => {
+            let keypair = rye_integrity::Keypair::generate()?;
+            keypair.save(&key_dir)?;
+            writeln!(
+                out,
+                "made signing key {} in {}",
+                keypair.fingerprint(),
+                key_dir.display()
+            )?;
+            writeln!(out, "trust it with: rye keys trust")?;
+        }
+        KeysAction::Show => {
+            let spaces = rye.spaces(project);
+            let trust = rye.trust_store(&spaces);
+            let own = rye.signing_key().ok();
+            if json {
+                let keys: Vec<serde_json::Value> = trust
+                    .keys()
+                    .map(|k| serde_json::json!({"fingerprint": k.key.fingerprint(), "owner": k.owner, "source": format!("{:?}", k.source)}))
+                    .collect();
+                let ignored: Vec<serde_json::Value> = trust
+                    .ignored()
+                    .iter()
+                    .map(|(p, why)| serde_json::json!({"path": p, "reason": why}))
+                    .collect();
+                output::json(
+                    out,
+                    &serde_json::json!({
+                        "signing_key": own.as_ref().map(|k| serde_json::json!({"fingerprint": k.fingerprint(), "public_pem": k.public().pem(), "dir": key_dir})),
+                        "trusted": keys,
+                        "ignored": ignored,
+                    }),
+                )?;
+                return Ok(());
+            }
+            match &own {
+                Some(k) => {
+                    writeln!(
+                        out,
+                        "signing key {} ({})",
+                        k.fingerprint(),
+                        key_dir.display()
+                    )?;
+                    write!(out, "{}", k.public().pem())?;
+                }
+                None => writeln!(
+                    out,
+                    "no signing key in {} (rye keys generate)",
+                    key_dir.display()
+                )?,
+            }
+            writeln!(out, "\ntrusted keys:")?;
+            for k in trust.keys() {
+                let from = match &k.source {
+                    rye_integrity::KeySource::Builtin => "built in".to_owned(),
+                    rye_integrity::KeySource::Given => "given".to_owned(),
+                    rye_integrity::KeySource::File { space, path } => {
+                        format!("{space}: {}", path.display())
+                    }
+                };
+                writeln!(out, "  {}  {:<12} {from}", k.key.fingerprint(), k.owner)?;
+            }
+            for (path, why) in trust.ignored() {
+                writeln!(out, "  ignored {}: {why}", path.display())?;
+            }
+        }
+        KeysAction::Trust { key, space, owner } => {
+            let public = match key {
+                None => rye.signing_key()?.public().clone(),
+                Some(text) if text.trim_start().starts_with("-----BEGIN") => {
+                    rye_integrity::read_public_key(&text)?.0
+                }
+                Some(file) => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {file}"))?;
+                    rye_integrity::read_public_key(&text)
+                        .with_context(|| file.clone())?
+                        .0
+                }
+            };
+            let path = rye.trust_key(project, &public, &owner, space)?;
+            writeln!(
+                out,
+                "trusted {} ({owner}): {}",
+                public.fingerprint(),
+                path.display()
+            )?;
+        }
+        KeysAction::Untrust { fingerprint, space } => {
+            let path = rye.untrust_key(project, &fingerprint, space)?;
+            writeln!(out, "removed {}", path.display())?;
+        }
+    }
     Ok(())
 }
 

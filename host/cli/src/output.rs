@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use rye_host::{Loaded, SearchResponse};
+use rye_host::{FileCheck, Loaded, SearchResponse, SignOutcome};
 
 pub fn search(out: &mut impl Write, response: &SearchResponse) -> io::Result<()> {
     let shown = response.results.len();
@@ -96,4 +96,61 @@ fn one_line(text: &str, max: usize) -> String {
     } else {
         format!("{}…", flat.chars().take(max - 1).collect::<String>())
     }
+}
+
+pub fn signed(out: &mut impl Write, outcomes: &[SignOutcome]) -> io::Result<()> {
+    let mut untrusted = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(signed) => {
+                let verb = if signed.changed {
+                    "signed"
+                } else {
+                    "unchanged"
+                };
+                writeln!(out, "{verb:<9} {}", signed.path.display())?;
+                for lock in &signed.removed_lockfiles {
+                    writeln!(out, "          removed stale lockfile {}", lock.display())?;
+                }
+                if !signed.trusted {
+                    untrusted = Some(signed.fingerprint.clone());
+                }
+            }
+            Err((path, error)) => writeln!(out, "failed    {}: {error}", path.display())?,
+        }
+    }
+    if let Some(fp) = untrusted {
+        writeln!(
+            out,
+            "\nnote: key {fp} is not trusted here, so these signatures will not verify; run `rye keys trust`"
+        )?;
+    }
+    Ok(())
+}
+
+pub fn verified(out: &mut impl Write, checks: &[FileCheck]) -> io::Result<()> {
+    let mut failed = 0;
+    let mut passed = 0;
+    for check in checks.iter().filter(|c| c.status != "skipped") {
+        match (&check.error, &check.fingerprint) {
+            (Some(error), _) => {
+                failed += 1;
+                writeln!(out, "FAIL {}: {error}", check.path.display())?;
+            }
+            (None, Some(fp)) => {
+                passed += 1;
+                writeln!(
+                    out,
+                    "ok   {}  ({fp}, {})",
+                    check.path.display(),
+                    check.owner.as_deref().unwrap_or("?")
+                )?;
+            }
+            (None, None) => writeln!(out, "--   {}", check.path.display())?,
+        }
+        if let Some(warning) = &check.warning {
+            writeln!(out, "     warning: {warning}")?;
+        }
+    }
+    writeln!(out, "\n{passed} verified, {failed} failed")
 }

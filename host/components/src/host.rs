@@ -161,29 +161,58 @@ impl ComponentHost {
     /// and pre-instantiates it. Results, failures included, are kept by
     /// content hash, so a second load of the same bytes costs a `stat`.
     pub fn load(&self, path: &Path, world: World) -> Result<Arc<LoadedComponent>, ComponentError> {
+        self.load_checked(path, world, |_| Ok::<(), std::convert::Infallible>(()))
+            .map(|loaded| match loaded {
+                Ok(loaded) => loaded,
+            })
+    }
+
+    /// Like [`ComponentHost::load`], but first hands the component's
+    /// content hash to `check` (a signature check, say): if it refuses, the
+    /// component is neither compiled nor instantiated and its answer is
+    /// returned. The bytes compiled are the bytes `check` approved; a file
+    /// that changes in between is an error.
+    pub fn load_checked<E>(
+        &self,
+        path: &Path,
+        world: World,
+        check: impl FnOnce(&[u8; 32]) -> Result<(), E>,
+    ) -> Result<Result<Arc<LoadedComponent>, E>, ComponentError> {
         let fail = |kind| ComponentError {
             path: path.to_owned(),
             kind,
         };
         let (hash, bytes) = self.hash_file(path).map_err(fail)?;
+        if let Err(refused) = check(&hash) {
+            return Ok(Err(refused));
+        }
         if let Some(found) = self
             .loaded
             .lock()
             .expect("load cache lock")
             .get(&(hash, world))
         {
-            return found.clone().map_err(fail);
+            return found.clone().map(Ok).map_err(fail);
         }
         let bytes = match bytes {
             Some(bytes) => bytes,
-            None => std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?,
+            None => {
+                let bytes =
+                    std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?;
+                if <[u8; 32]>::from(Sha256::digest(&bytes)) != hash {
+                    return Err(fail(ComponentErrorKind::Io(
+                        "the file changed while it was being loaded".into(),
+                    )));
+                }
+                bytes
+            }
         };
         let result = self.prepare(path, &bytes, hash, world).map(Arc::new);
         self.loaded
             .lock()
             .expect("load cache lock")
             .insert((hash, world), result.clone());
-        result.map_err(fail)
+        result.map(Ok).map_err(fail)
     }
 
     /// The content hash of `path`, and its bytes if they had to be read.

@@ -8,12 +8,17 @@
 //! 3. `rye/bash/bash` running `echo hello` through the whole host, against
 //!    a raw spawn of the same command, interleaved in one loop so both see
 //!    the same machine; the difference is the host's overhead.
+//! 4. What integrity costs: the same execution with verification on and
+//!    off, interleaved with the raw spawn; and the cold chain build of
+//!    item 2 with verification on and off (three signed elements and their
+//!    signed parser components, a new trust store, no cached verdicts).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use rye_host::{ExecuteRequest, HostConfig, ItemKind, Rye, RyeConfig};
+use rye_host::rye_integrity::{self, Keypair};
+use rye_host::{ExecuteRequest, HostConfig, IntegrityPolicy, ItemKind, Rye, RyeConfig};
 use serde_json::json;
 
 fn median(mut times: Vec<Duration>) -> Duration {
@@ -26,7 +31,7 @@ fn p90(mut times: Vec<Duration>) -> Duration {
     times[times.len() * 9 / 10]
 }
 
-fn host(cache: &Path) -> Rye {
+fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
     Rye::new(RyeConfig {
         cache_dir: cache.to_owned(),
         user_base: None,
@@ -36,6 +41,12 @@ fn host(cache: &Path) -> Rye {
             ..HostConfig::default()
         },
         watch: true,
+        integrity: IntegrityPolicy {
+            enforce: verify,
+            ..IntegrityPolicy::default()
+        },
+        trusted_keys: vec![(key.public().clone(), "bench".into())],
+        signing_key_dir: None,
     })
     .unwrap()
 }
@@ -51,15 +62,15 @@ fn main() {
     let project = tempfile::tempdir().unwrap();
     let tool = project.path().join(".ai/tools/demo/count.py");
     std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
-    std::fs::write(
-        &tool,
-        "\"\"\"Count words.\"\"\"\n__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {'type': 'object'}\n",
-    )
-    .unwrap();
+    let key = Keypair::generate().unwrap();
+    let source = "\"\"\"Count words.\"\"\"\n__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {'type': 'object'}\n";
+    let format = rye_integrity::format_for(ItemKind::Tool, "count.py", &[]).unwrap();
+    let signed = rye_integrity::sign_text(source, &format, &key, SystemTime::now()).unwrap();
+    std::fs::write(&tool, signed).unwrap();
     let p = project.path();
 
     // 1. Warm chain.
-    let rye = host(cache.path());
+    let rye = host(cache.path(), &key, true);
     rye.chain(Some(p), "demo/count").unwrap();
     if std::env::args().any(|a| a == "profile-chain") {
         let started = Instant::now();
@@ -82,20 +93,33 @@ fn main() {
         p90(warm)
     );
 
-    // 2. Cold chain: a new host each time.
-    let cold: Vec<Duration> = (0..30)
-        .map(|_| {
+    // 2. Cold chain: a new host each time, with and without verification.
+    let (mut cold, mut cold_off) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        for (verify, times) in [(true, &mut cold), (false, &mut cold_off)] {
             let started = Instant::now();
-            let fresh = host(cache.path());
+            let fresh = host(cache.path(), &key, verify);
             fresh.chain(Some(p), "demo/count").unwrap();
-            started.elapsed()
-        })
-        .collect();
+            times.push(started.elapsed());
+        }
+    }
+    let (cold_on, cold_off_median) = (median(cold.clone()), median(cold_off.clone()));
     println!(
         "{:<62} median {:>9.1?}  p90 {:>9.1?}",
         "chain build + validate, new host (cold caches, warm disk)",
-        median(cold.clone()),
+        cold_on,
         p90(cold)
+    );
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "  the same with verification off",
+        cold_off_median,
+        p90(cold_off)
+    );
+    println!(
+        "{:<62} {:>16.1?}",
+        "cold verification of the 3-element chain (difference)",
+        cold_on.saturating_sub(cold_off_median)
     );
 
     // 3. Execute against a raw spawn.
@@ -127,7 +151,12 @@ fn main() {
         }
         return;
     }
-    let (mut host_times, mut raw_times) = (Vec::new(), Vec::new());
+    let unverified = Arc::new(host(cache.path(), &key, false));
+    assert_eq!(
+        runtime.block_on(unverified.execute(&request))["status"],
+        "success"
+    );
+    let (mut host_times, mut raw_times, mut off_times) = (Vec::new(), Vec::new(), Vec::new());
     let mut parts: [Vec<u64>; 3] = Default::default();
     for _ in 0..300 {
         let started = Instant::now();
@@ -137,6 +166,11 @@ fn main() {
         for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
             parts[i].push(result["metadata"][key].as_u64().unwrap());
         }
+
+        let started = Instant::now();
+        let result = runtime.block_on(unverified.execute(&request));
+        off_times.push(started.elapsed());
+        assert_eq!(result["status"], "success");
 
         let started = Instant::now();
         let out = runtime
@@ -177,5 +211,23 @@ fn main() {
         "host overhead (difference of medians)",
         host_median.saturating_sub(raw_median),
         host_median.as_secs_f64() / raw_median.as_secs_f64()
+    );
+    let off_median = median(off_times.clone());
+    println!(
+        "{:<62} median {:>9.1?}  p90 {:>9.1?}",
+        "execute, the same with verification off",
+        off_median,
+        p90(off_times)
+    );
+    let (on, off) = (
+        host_median.saturating_sub(raw_median),
+        off_median.saturating_sub(raw_median),
+    );
+    println!(
+        "{:<62} {:>9.1?} vs {:>9.1?}  on/off {:.2}",
+        "host overhead, verification on vs off",
+        on,
+        off,
+        on.as_secs_f64() / off.as_secs_f64()
     );
 }

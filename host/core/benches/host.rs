@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rye_components::{ComponentHost, HostConfig, ParseRequest, PluginKind, World};
-use rye_host::{Rye, RyeConfig, SearchRequest};
+use rye_host::{IntegrityPolicy, Rye, RyeConfig, SearchRequest};
 
 const TOOL: &str = r#"#!/usr/bin/env python3
 # rye:signed:2026-01-02T03:04:05Z:0000000000000000000000000000000000000000000000000000000000000000:AAAA:0123456789abcdef
@@ -88,6 +88,9 @@ fn config(cache: &Path) -> RyeConfig {
             ..HostConfig::default()
         },
         watch: true,
+        integrity: IntegrityPolicy::default(),
+        trusted_keys: Vec::new(),
+        signing_key_dir: None,
     }
 }
 

@@ -22,8 +22,11 @@ use rye_space::{Extractors, FileStamp, ItemKind, Location, Space, Spaces};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use rye_integrity::TrustStore;
+use sha2::{Digest, Sha256};
+
 use crate::parse::ParserLookup;
-use crate::{HostError, Rye, normalize};
+use crate::{HostError, Rye, Signed, normalize};
 
 /// At most this many elements: tool, runtimes, primitive.
 pub const MAX_DEPTH: usize = 10;
@@ -44,6 +47,8 @@ pub struct ChainElement {
     pub metadata: Map<String, Value>,
     /// Files of the same id this one hides.
     pub shadowed: Vec<Location>,
+    /// The element's signature, verified.
+    pub signed: Signed,
 }
 
 impl ChainElement {
@@ -63,6 +68,7 @@ impl ChainElement {
             tool_type: self.text("tool_type").map(str::to_owned),
             executor_id: self.executor_id().map(str::to_owned),
             integrity: hex::encode(self.content_hash),
+            signed_by: self.signed.fingerprint().map(str::to_owned),
             path: self.path.clone(),
         }
     }
@@ -77,6 +83,9 @@ pub struct ChainSummary {
     pub executor_id: Option<String>,
     /// SHA-256 of the element's file.
     pub integrity: String,
+    /// Fingerprint of the key that signed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
     pub path: PathBuf,
 }
 
@@ -84,6 +93,10 @@ pub struct ChainSummary {
 #[derive(Debug, Clone)]
 pub struct Chain {
     pub elements: Vec<ChainElement>,
+    /// What the signatures of the elements and their parsers leave to say:
+    /// unsigned files allowed by the policy, parts the original signature
+    /// rule leaves uncovered.
+    pub warnings: Vec<String>,
 }
 
 impl Chain {
@@ -193,6 +206,7 @@ impl Rye {
     ) -> Result<Chain, HostError> {
         let extensions = &extractors.require(ItemKind::Tool)?.extensions;
         let mut parsers = ParserLookup::default();
+        let trust = self.trust_store(spaces);
         let mut elements: Vec<ChainElement> = Vec::new();
         let mut current = canonical(tool_id).to_owned();
         let mut within = reachable(Space::Project);
@@ -258,7 +272,8 @@ impl Rye {
                 (Err(e), _) => return Err(e.into()),
             };
 
-            let element = self.element(spaces, extractors, &mut parsers, &resolved, stamp)?;
+            let element =
+                self.element(spaces, extractors, &trust, &mut parsers, &resolved, stamp)?;
             let next = match element.metadata.get("executor_id") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(next)) => Some(canonical(next).to_owned()),
@@ -288,7 +303,15 @@ impl Rye {
             .into());
         }
         validate(&elements)?;
-        Ok(Chain { elements })
+        let mut warnings: Vec<String> = elements
+            .iter()
+            .filter_map(|e| {
+                e.signed
+                    .warning(&format!("{} ({})", e.item_id, e.path.display()))
+            })
+            .collect();
+        warnings.append(&mut parsers.warnings);
+        Ok(Chain { elements, warnings })
     }
 
     /// An element's metadata, from the cache while its file and parser are
@@ -297,31 +320,52 @@ impl Rye {
         &self,
         spaces: &Spaces,
         extractors: &Extractors,
+        trust: &TrustStore,
         parsers: &mut ParserLookup,
         resolved: &rye_space::Resolved,
         stamp: FileStamp,
     ) -> Result<ChainElement, HostError> {
         let path = &resolved.location.path;
+        let space = resolved.location.space;
         let (_, parser) = parsers.for_file(self, spaces, extractors, ItemKind::Tool, path)?;
-        let make = |content_hash, metadata: &Map<String, Value>| ChainElement {
+        let make = |content_hash, metadata: &Map<String, Value>, signed| ChainElement {
             item_id: resolved.id.clone(),
-            space: resolved.location.space,
+            space,
             path: path.clone(),
             content_hash,
             metadata: metadata.clone(),
             shadowed: resolved.shadowed.clone(),
+            signed,
         };
-        if let Some(entry) = self
+        let cached = self
             .elements
             .lock()
             .expect("element cache lock")
             .entries
             .get(path.as_os_str())
-            && entry.stamp == stamp
-            && entry.parser == parser.hash
-        {
-            return Ok(make(entry.content_hash, &entry.metadata));
+            .filter(|entry| entry.stamp == stamp && entry.parser == parser.hash)
+            .map(|entry| (entry.content_hash, entry.metadata.clone()));
+        if let Some((content_hash, metadata)) = cached {
+            let signed = self.verify_item(
+                trust,
+                Some(extractors),
+                (ItemKind::Tool, space, path),
+                content_hash,
+                None,
+            )?;
+            return Ok(make(content_hash, &metadata, signed));
         }
+
+        // Verified before it is parsed; the bytes parsed are the bytes
+        // verified.
+        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+        let signed = self.verify_item(
+            trust,
+            Some(extractors),
+            (ItemKind::Tool, space, path),
+            Sha256::digest(&bytes).into(),
+            Some(&bytes),
+        )?;
 
         let item = (
             ItemKind::Tool,
@@ -329,7 +373,7 @@ impl Rye {
             resolved.location.space,
             path.as_path(),
         );
-        let parsed = self.parse_file(spaces, extractors, parsers, item)?;
+        let parsed = self.parse_bytes(spaces, extractors, parsers, item, bytes)?;
         let document = match parsed.outcome.as_ref() {
             Ok(document) => document,
             Err(failure) => {
@@ -355,7 +399,7 @@ impl Rye {
                     metadata: metadata.clone(),
                 },
             );
-        Ok(make(parsed.content_hash, &metadata))
+        Ok(make(parsed.content_hash, &metadata, signed))
     }
 }
 

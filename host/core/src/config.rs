@@ -1,8 +1,9 @@
 use std::path::PathBuf;
 
 use rye_components::HostConfig;
+use rye_integrity::PublicKey;
 
-use crate::HostError;
+use crate::{HostError, IntegrityPolicy};
 
 /// Where the host finds its spaces and keeps its caches.
 #[derive(Debug, Clone)]
@@ -19,6 +20,14 @@ pub struct RyeConfig {
     /// from disk while nothing changed (Linux). Worth it for a long-running
     /// host; a one-shot command should turn it off.
     pub watch: bool,
+    /// What is demanded of signatures.
+    pub integrity: IntegrityPolicy,
+    /// Keys trusted in addition to the system key and the spaces'
+    /// trusted-key files, with their owners.
+    pub trusted_keys: Vec<(PublicKey, String)>,
+    /// Where the signing keypair is kept; `None` means
+    /// `<user space>/.ai/config/keys/signing`.
+    pub signing_key_dir: Option<PathBuf>,
 }
 
 impl RyeConfig {
@@ -30,6 +39,8 @@ impl RyeConfig {
     /// | `USER_SPACE`       | user space base (holds `.ai/`)            | the home directory           |
     /// | `RYE_SYSTEM_SPACE` | system space base (holds `.ai/`)          | the embedded bundle          |
     /// | `RYE_POOLING`      | `0` turns the pooling allocator off       | on where the machine allows  |
+    /// | `RYE_SIGNING_KEY_DIR` | the signing keypair's folder           | `<user space>/.ai/config/keys/signing` |
+    /// | `RYE_ALLOW_UNSIGNED_PROJECT` | `1` lets unsigned project items run (development) | off |
     pub fn from_env() -> Result<Self, HostError> {
         let var = |name: &str| {
             std::env::var_os(name)
@@ -58,6 +69,24 @@ impl RyeConfig {
             system_base,
             components,
             watch: true,
+            integrity: IntegrityPolicy {
+                allow_unsigned_project: std::env::var("RYE_ALLOW_UNSIGNED_PROJECT")
+                    .is_ok_and(|v| v == "1"),
+                ..IntegrityPolicy::default()
+            },
+            trusted_keys: Vec::new(),
+            signing_key_dir: var("RYE_SIGNING_KEY_DIR").map(expand_home(home.as_ref())),
+        })
+    }
+}
+
+impl RyeConfig {
+    /// The folder of the signing keypair.
+    pub fn key_dir(&self) -> Option<PathBuf> {
+        self.signing_key_dir.clone().or_else(|| {
+            self.user_base
+                .as_ref()
+                .map(|u| u.join(".ai/config/keys/signing"))
         })
     }
 }

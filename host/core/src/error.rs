@@ -44,11 +44,28 @@ pub enum HostError {
     #[error("{}: already exists; pass force to overwrite it", path.display())]
     Exists { path: PathBuf },
 
+    #[error("{}: {error}", path.display())]
+    Integrity {
+        path: PathBuf,
+        error: rye_integrity::IntegrityError,
+    },
+
     #[error("{0}")]
     Invalid(String),
 }
 
 impl HostError {
+    /// The class of failure results report as `error_type`.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            HostError::Integrity { .. } => "integrity",
+            HostError::Chain(_) => "chain",
+            HostError::Component(_) => "component",
+            HostError::Space(_) => "resolution",
+            _ => "host",
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         HostError::Io {
             path: path.into(),

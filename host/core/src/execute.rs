@@ -26,8 +26,9 @@ use rye_space::{ItemKind, Space, Spaces};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
+use crate::lockfile::LockState;
 use crate::services::HostServices;
-use crate::{HostError, LoadRequest, Rye};
+use crate::{HostError, LoadRequest, Rye, Signed};
 
 /// The adapter used when no element of a chain names one.
 pub const STANDARD_ADAPTER: &str = "rye/standard";
@@ -82,6 +83,23 @@ fn error_result(
     })
 }
 
+/// The error result for a host error, with its `error_type`.
+fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Value {
+    let mut result = error_result(kind, id, error, started);
+    result["error_type"] = json!(error.error_type());
+    result
+}
+
+fn verify_event(what: &str, path: &Path, signed: &Signed) -> Value {
+    let mut event = json!({"step": "verify_integrity", "item": what, "path": path});
+    if let (Value::Object(event), Ok(Value::Object(status))) =
+        (&mut event, serde_json::to_value(signed))
+    {
+        event.extend(status);
+    }
+    event
+}
+
 impl Rye {
     /// Executes an item and returns the result document (see the module
     /// docs). Failures of the item are results with `"status": "error"`;
@@ -117,13 +135,41 @@ impl Rye {
             .and_then(|extractors| self.build_chain(&spaces, &extractors, &request.id));
         let chain = match built {
             Ok(chain) => chain,
-            Err(e) => return error_result(ItemKind::Tool, &request.id, e, started),
+            Err(e) => return failure(ItemKind::Tool, &request.id, &e, started),
         };
         let chain_us = started.elapsed().as_micros() as u64;
         for element in &chain.elements {
             trace.push(json!({"step": "resolve", "item_id": element.item_id, "path": element.path, "space": element.space, "shadowed": element.shadowed}));
         }
+        for element in &chain.elements {
+            trace.push(verify_event(
+                &element.item_id,
+                &element.path,
+                &element.signed,
+            ));
+        }
         let summaries = chain.summaries();
+        let mut warnings = chain.warnings.clone();
+        let fail = |e: &HostError, trace: &[Value], warnings: &[String]| {
+            let mut result = failure(ItemKind::Tool, &request.id, e, started);
+            result["chain"] = json!(summaries);
+            if !warnings.is_empty() {
+                result["warnings"] = json!(warnings);
+            }
+            if request.trace {
+                result["trace"] = json!(trace);
+            }
+            result
+        };
+        let lock = match self.check_lock(&spaces, &chain) {
+            Ok(lock) => lock,
+            Err(e) => return fail(&e, &trace, &warnings),
+        };
+        if let LockState::Used(path) = &lock {
+            trace.push(
+                json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "used"}),
+            );
+        }
         if request.dry_run {
             let mut result = json!({
                 "status": "validation_passed",
@@ -134,6 +180,9 @@ impl Rye {
                 "validated_pairs": chain.elements.len() - 1,
                 "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
             });
+            if !warnings.is_empty() {
+                result["warnings"] = json!(warnings);
+            }
             if request.trace {
                 result["trace"] = Value::Array(trace);
             }
@@ -156,17 +205,12 @@ impl Rye {
             planned
         };
         let plan_us = plan_started.elapsed().as_micros() as u64;
-        let (adapter, plan) = match planned {
+        let (adapter, adapter_signed, plan) = match planned {
             Ok(planned) => planned,
-            Err(e) => {
-                let mut result = error_result(ItemKind::Tool, &request.id, e, started);
-                result["chain"] = json!(summaries);
-                if request.trace {
-                    result["trace"] = Value::Array(trace);
-                }
-                return result;
-            }
+            Err(e) => return fail(&e, &trace, &warnings),
         };
+        trace.push(verify_event("adapter", &adapter, &adapter_signed));
+        warnings.extend(adapter_signed.warning(&format!("adapter {}", adapter.display())));
         trace.push(json!({"step": "adapter", "path": adapter}));
         for (step, detail) in &plan.notes {
             let mut event = json!({"step": step});
@@ -185,6 +229,27 @@ impl Rye {
             "timeout_ms": plan.timeout_ms,
         }));
 
+        let anchor = plan
+            .notes
+            .iter()
+            .find(|(step, detail)| step == "anchor" && detail["active"] == true)
+            .and_then(|(_, detail)| detail["anchor_path"].as_str())
+            .map(PathBuf::from);
+        let trust = self.trust_store(&spaces);
+        match self.verify_deps(&trust, &chain, anchor.as_deref()) {
+            Ok(deps) => {
+                if let Some(anchor) = &anchor {
+                    trace.push(
+                        json!({"step": "verify_deps", "anchor_path": anchor, "files": deps.len()}),
+                    );
+                }
+                for (path, signed) in &deps {
+                    warnings.extend(signed.warning(&format!("dependency {}", path.display())));
+                }
+            }
+            Err(e) => return fail(&e, &trace, &warnings),
+        }
+
         let process = Plan {
             command: plan.command.clone(),
             args: plan.args.clone(),
@@ -198,6 +263,9 @@ impl Rye {
             Err(e) => {
                 let mut result = error_result(ItemKind::Tool, &request.id, e, started);
                 result["chain"] = json!(summaries);
+                if !warnings.is_empty() {
+                    result["warnings"] = json!(warnings);
+                }
                 if request.trace {
                     result["trace"] = Value::Array(trace);
                 }
@@ -215,6 +283,16 @@ impl Rye {
         }));
 
         let (data, error) = tool_output(&outcome, plan.timeout_ms);
+        let mut lockfile_created = None;
+        if error.is_none() && lock == LockState::Absent {
+            match self.write_lock(&spaces, &chain) {
+                Ok(path) => {
+                    trace.push(json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "created"}));
+                    lockfile_created = Some(path);
+                }
+                Err(e) => warnings.push(format!("the lockfile could not be written: {e}")),
+            }
+        }
         let mut result = json!({
             "status": if error.is_none() { "success" } else { "error" },
             "type": "tool",
@@ -227,8 +305,13 @@ impl Rye {
                 "plan_us": plan_us,
                 "process_us": outcome.duration.as_micros() as u64,
                 "return_code": outcome.code,
+                "lockfile_used": matches!(lock, LockState::Used(_)),
+                "lockfile_created": lockfile_created.is_some(),
             },
         });
+        if !warnings.is_empty() {
+            result["warnings"] = json!(warnings);
+        }
         if let Some(error) = error {
             result["error"] = json!(error);
         }
@@ -255,7 +338,7 @@ impl Rye {
         let extractors = self.extractors(&spaces)?;
         let chain = self.build_chain(&spaces, &extractors, tool_id)?;
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (_, plan) = self.plan_chain(&spaces, &chain, project, parameters, log.clone())?;
+        let (_, _, plan) = self.plan_chain(&spaces, &chain, project, parameters, log.clone())?;
         let answers = std::mem::take(&mut *log.lock().expect("trace log lock"));
         Ok((chain, plan, answers))
     }
@@ -268,7 +351,7 @@ impl Rye {
         project: Option<&Path>,
         parameters: Value,
         log: Arc<Mutex<Vec<Value>>>,
-    ) -> Result<(PathBuf, PlannedProcess), HostError> {
+    ) -> Result<(PathBuf, Signed, PlannedProcess), HostError> {
         let named = chain.elements.iter().find_map(|e| {
             e.metadata
                 .get("adapter")
@@ -276,27 +359,22 @@ impl Rye {
                 .map(|a| (e, a))
         });
         let name = named.map_or(STANDARD_ADAPTER, |(_, name)| name);
-        rye_space::validate_plugin_name(name)?;
-        let mut searched = Vec::new();
-        let mut path = None;
-        for root in spaces.roots() {
-            let candidate = root.ai_dir.join("adapters").join(format!("{name}.wasm"));
-            if candidate.is_file() {
-                path = Some(candidate);
-                break;
-            }
-            searched.push(candidate);
-        }
-        let Some(path) = path else {
-            return Err(HostError::Invalid(format!(
-                "runtime adapter {name:?} not found (looked for {}){}",
-                rye_space::display_paths(&searched),
-                named
-                    .map(|(e, _)| format!("; {} names it", e.item_id))
-                    .unwrap_or_default()
-            )));
-        };
-        let adapter = self.components.load(&path, World::RuntimeAdapter)?;
+        let trust = self.trust_store(spaces);
+        let found =
+            match self.find_component(spaces, &trust, "adapters", name, World::RuntimeAdapter)? {
+                Ok(found) => found,
+                Err(searched) => {
+                    return Err(HostError::Invalid(format!(
+                        "runtime adapter {name:?} not found (looked for {}){}",
+                        rye_space::display_paths(&searched),
+                        named
+                            .map(|(e, _)| format!("; {} names it", e.item_id))
+                            .unwrap_or_default()
+                    )));
+                }
+            };
+        let adapter = found.component;
+        let path = adapter.path.clone();
 
         let project_path = project
             .map(Path::to_owned)
@@ -374,7 +452,7 @@ impl Rye {
             .map_err(|failure| {
                 HostError::Invalid(format!("runtime adapter {}: {failure}", path.display()))
             })?;
-        Ok((path, planned))
+        Ok((path, found.signed, planned))
     }
 
     /// The item, parsed, or the error result saying why it cannot be.
@@ -388,7 +466,12 @@ impl Rye {
                 project: request.project.clone(),
                 ..LoadRequest::new(request.kind, request.id.clone())
             })
-            .map_err(|e| error_result(request.kind, &request.id, e, started))?;
+            .map_err(|e| failure(request.kind, &request.id, &e, started))?;
+        if let Some(refused) = &loaded.refused {
+            let mut result = error_result(request.kind, &request.id, refused, started);
+            result["error_type"] = json!("integrity");
+            return Err(result);
+        }
         match &loaded.parse_error {
             Some(error) => Err(error_result(request.kind, &request.id, error, started)),
             None => Ok(loaded),
@@ -474,7 +557,7 @@ impl Rye {
         } else {
             "success"
         };
-        json!({
+        let mut result = json!({
             "status": status,
             "type": "directive",
             "item_id": request.id,
@@ -487,7 +570,12 @@ impl Rye {
                 if body.is_empty() { String::new() } else { format!("\n\n{body}") }
             ),
             "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
-        })
+            "signature": loaded.signature,
+        });
+        if !loaded.warnings.is_empty() {
+            result["warnings"] = json!(loaded.warnings);
+        }
+        result
     }
 
     fn execute_knowledge(&self, request: &ExecuteRequest, started: Instant) -> Value {
@@ -497,14 +585,19 @@ impl Rye {
         };
         let mut data = loaded.parsed.clone();
         data.entry("name").or_insert_with(|| json!(request.id));
-        json!({
+        let mut result = json!({
             "status": "success",
             "type": "knowledge",
             "item_id": request.id,
             "data": data,
             "your_directions": "Use this knowledge to inform your decisions.",
             "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
-        })
+            "signature": loaded.signature,
+        });
+        if !loaded.warnings.is_empty() {
+            result["warnings"] = json!(loaded.warnings);
+        }
+        result
     }
 }
 

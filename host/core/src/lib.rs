@@ -18,22 +18,29 @@ mod chain;
 mod config;
 mod error;
 mod execute;
+mod integrity;
 mod load;
+mod lockfile;
 mod metadata;
 mod parse;
 mod search;
 mod services;
+mod sign;
 
 pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::RyeConfig;
 pub use error::HostError;
 pub use execute::{ExecuteRequest, STANDARD_ADAPTER};
+pub use integrity::{IntegrityPolicy, Signed};
 pub use load::{LoadRequest, Loaded};
+pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};
 pub use rye_components::{
     ComponentError, ComponentErrorKind, Diagnostic, HostConfig, Limits, ParseFailure,
     ParsedDocument, Position, Severity,
 };
+pub use rye_integrity;
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
+pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile};

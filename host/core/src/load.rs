@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use rye_components::Diagnostic;
 use rye_space::{ItemKind, Space, SpaceError};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::parse::ParserLookup;
 use crate::search::ShadowRef;
@@ -68,6 +69,17 @@ pub struct Loaded {
     /// returned all the same.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parse_error: Option<String>,
+    /// How the file's signature stands: `status` is `verified` (with the
+    /// signer), `unsigned_allowed`, `not_checked`, or the failure
+    /// (`unsigned`, `modified`, `untrusted`, …) with its `error`. Loading
+    /// shows an item whatever its signature; executing requires a valid one.
+    pub signature: Value,
+    /// What the signatures of the file and its parser leave to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// The signature failure as an error message, when there is one.
+    #[serde(skip)]
+    pub(crate) refused: Option<String>,
 }
 
 impl Rye {
@@ -127,6 +139,31 @@ impl Rye {
                 }
             };
 
+        let trust = self.trust_store(&spaces);
+        let mut warnings = std::mem::take(&mut parsers.warnings);
+        let hash: [u8; 32] = Sha256::digest(content.as_bytes()).into();
+        let verdict = self.verify_item(
+            &trust,
+            Some(&extractors),
+            (request.kind, resolved.location.space, &path),
+            hash,
+            Some(content.as_bytes()),
+        );
+        let (signature, refused) = match verdict {
+            Ok(signed) => {
+                warnings.extend(signed.warning(&path.display().to_string()));
+                (serde_json::to_value(&signed).unwrap_or_default(), None)
+            }
+            Err(HostError::Integrity { error, .. }) => (
+                json!({"status": error.code(), "error": error.to_string()}),
+                Some(format!("{}: {error}", path.display())),
+            ),
+            Err(e) => (
+                json!({"status": "error", "error": e.to_string()}),
+                Some(e.to_string()),
+            ),
+        };
+
         let mut metadata = normalize(request.kind, &request.id, &document);
         let parsed = document;
         metadata.insert("path".into(), Value::from(path.display().to_string()));
@@ -153,6 +190,9 @@ impl Rye {
             destination_path: None,
             diagnostics,
             parse_error,
+            signature,
+            warnings,
+            refused,
         };
 
         if let Some(destination) = request.destination

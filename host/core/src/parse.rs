@@ -10,6 +10,8 @@ use rye_components::{
 use rye_space::{Extractors, FileStamp, ItemKind, ListingCache, Space, Spaces, same_dir};
 use sha2::{Digest, Sha256};
 
+use rye_integrity::TrustStore;
+
 use crate::cache::Generational;
 use crate::chain::ElementCache;
 use crate::search::Index;
@@ -44,6 +46,8 @@ pub struct Rye {
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
     /// Extractors per set of candidate files, with the files' stamps.
     extractor_cache: Mutex<ExtractorCache>,
+    pub(crate) integrity: crate::integrity::IntegrityState,
+    pub(crate) key_dir: Option<PathBuf>,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
@@ -68,6 +72,7 @@ pub struct ParsedItem {
 
 impl Rye {
     pub fn new(config: RyeConfig) -> Result<Self, HostError> {
+        let key_dir = config.key_dir();
         let system_base = match config.system_base {
             Some(base) => base,
             None => rye_system::materialize(&config.cache_dir)
@@ -90,6 +95,8 @@ impl Rye {
             elements: Mutex::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
+            integrity: crate::integrity::IntegrityState::new(config.integrity, config.trusted_keys),
+            key_dir,
         })
     }
 
@@ -167,22 +174,16 @@ impl Rye {
     }
 
     /// The parser component `name`, from the first space that has
-    /// `.ai/parsers/<name>.wasm`.
+    /// `.ai/parsers/<name>.wasm`, once its signature checks out.
     pub fn parser_component(
         &self,
         spaces: &Spaces,
         name: &str,
     ) -> Result<Result<Arc<LoadedComponent>, Vec<PathBuf>>, HostError> {
-        rye_space::validate_plugin_name(name)?;
-        let mut searched = Vec::new();
-        for root in spaces.roots() {
-            let path = root.ai_dir.join("parsers").join(format!("{name}.wasm"));
-            if path.is_file() {
-                return Ok(Ok(self.components.load(&path, World::Parser)?));
-            }
-            searched.push(path);
-        }
-        Ok(Err(searched))
+        let trust = self.trust_store(spaces);
+        Ok(self
+            .find_component(spaces, &trust, "parsers", name, World::Parser)?
+            .map(|found| found.component))
     }
 
     /// Reads `path` (an item of `kind` with id `id`) with the parser its
@@ -195,8 +196,20 @@ impl Rye {
         parsers: &mut ParserLookup,
         item: (ItemKind, &str, Space, &Path),
     ) -> Result<ParsedItem, HostError> {
+        let bytes = std::fs::read(item.3).map_err(|e| HostError::io(item.3, e))?;
+        self.parse_bytes(spaces, extractors, parsers, item, bytes)
+    }
+
+    /// Like [`Rye::parse_file`], for bytes already read from the file.
+    pub(crate) fn parse_bytes(
+        &self,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        parsers: &mut ParserLookup,
+        item: (ItemKind, &str, Space, &Path),
+        bytes: Vec<u8>,
+    ) -> Result<ParsedItem, HostError> {
         let (kind, id, space, path) = item;
-        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
         let content_hash: [u8; 32] = Sha256::digest(&bytes).into();
         let content = String::from_utf8(bytes).map_err(|_| HostError::NotText {
             path: path.to_owned(),
@@ -251,6 +264,9 @@ impl Rye {
 #[derive(Default)]
 pub(crate) struct ParserLookup {
     found: HashMap<String, Result<Arc<LoadedComponent>, Vec<PathBuf>>>,
+    trust: Option<Arc<TrustStore>>,
+    /// What the parsers' signatures leave to say (see [`Signed::warning`]).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl ParserLookup {
@@ -279,7 +295,17 @@ impl ParserLookup {
         let found = match self.found.get(name) {
             Some(found) => found.clone(),
             None => {
-                let found = rye.parser_component(spaces, name)?;
+                let trust = self
+                    .trust
+                    .get_or_insert_with(|| rye.trust_store(spaces))
+                    .clone();
+                let found = rye
+                    .find_component(spaces, &trust, "parsers", name, World::Parser)?
+                    .map(|found| {
+                        let what = format!("parser {name} ({})", found.component.path.display());
+                        self.warnings.extend(found.signed.warning(&what));
+                        found.component
+                    });
                 self.found.insert(name.to_owned(), found.clone());
                 found
             }

@@ -328,6 +328,7 @@ fn an_edited_element_is_read_again() {
         "__version__ = '2.0.0'\n__executor_id__ = 'rye/core/runtimes/bash/bash'\n",
     )
     .unwrap();
+    common::sign_file(&tool);
     let after = rye.chain(Some(p), "demo/tool").unwrap();
     assert_eq!(after.elements[0].metadata["version"], "2.0.0");
     assert_eq!(after.elements[1].item_id, "rye/core/runtimes/bash/bash");

@@ -324,7 +324,7 @@ fn a_custom_adapter_from_the_examples_changes_the_plan() {
     let p = project.path();
     let adapter = p.join(".ai/adapters/examples/shebang.wasm");
     std::fs::create_dir_all(adapter.parent().unwrap()).unwrap();
-    std::fs::copy(artifacts::SHEBANG_ADAPTER, &adapter).unwrap();
+    common::copy_signed(artifacts::SHEBANG_ADAPTER, &adapter);
     write(
         p,
         ".ai/tools/shebang/runtime.yaml",

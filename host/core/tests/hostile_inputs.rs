@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::write;
+use common::{write, write_unsigned};
 use rye_host::{ItemKind, LoadRequest, Loaded, Rye};
 
 fn load(rye: &Rye, project: &std::path::Path, kind: ItemKind, id: &str) -> Loaded {
@@ -104,23 +104,24 @@ fn a_large_file_parses_within_limits() {
 fn garbage_text_is_a_syntax_error_with_a_position() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
-    write(
+    // Unsigned (loading does not need a signature), so lines stay as written.
+    write_unsigned(
         p,
         ".ai/tools/junk/py.py",
         "__version__ = '1.0.0'\nx = $$$\n",
     );
-    write(
+    write_unsigned(
         p,
         ".ai/tools/junk/js.js",
         "const a = 1;\nconst b = `never closed\n",
     );
-    write(p, ".ai/tools/junk/yaml.yaml", "a: b: c: [\n");
-    write(
+    write_unsigned(p, ".ai/tools/junk/yaml.yaml", "a: b: c: [\n");
+    write_unsigned(
         p,
         ".ai/directives/junk/d.md",
         "```xml\n<directive name=\"d\"><<<</directive>\n```\n",
     );
-    write(p, ".ai/knowledge/junk/k.md", "```yaml\n: : :\n```\n");
+    write_unsigned(p, ".ai/knowledge/junk/k.md", "```yaml\n: : :\n```\n");
     let rye = common::rye(user.path());
     for (kind, id, line) in [
         (ItemKind::Tool, "junk/py", "line 2"),

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::write;
+// Loading and searching need no signatures: items are written as they are.
+use common::write_unsigned as write;
 use rye_host::{HostError, ItemKind, LoadRequest, SearchRequest, SourceFilter, Space};
 use rye_test_artifacts as artifacts;
 
@@ -27,11 +28,10 @@ fn a_project_parser_overrides_the_system_one() {
     assert_eq!(before.metadata["description"], "Count words.");
 
     std::fs::create_dir_all(project.path().join(".ai/parsers/python")).unwrap();
-    std::fs::copy(
+    common::copy_signed(
         artifacts::PARSER_OVERRIDE,
-        project.path().join(".ai/parsers/python/ast.wasm"),
-    )
-    .unwrap();
+        &project.path().join(".ai/parsers/python/ast.wasm"),
+    );
     let after = load();
     assert_eq!(after.metadata["version"], "9.9.9");
     assert_eq!(
@@ -52,11 +52,10 @@ fn a_user_parser_overrides_the_system_one_and_a_project_parser_overrides_it() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     write(project.path(), ".ai/tools/demo/count.py", TOOL);
     std::fs::create_dir_all(user.path().join(".ai/parsers/python")).unwrap();
-    std::fs::copy(
+    common::copy_signed(
         artifacts::PARSER_OVERRIDE,
-        user.path().join(".ai/parsers/python/ast.wasm"),
-    )
-    .unwrap();
+        &user.path().join(".ai/parsers/python/ast.wasm"),
+    );
     let rye = common::rye(user.path());
     let request = LoadRequest {
         project: Some(project.path().to_owned()),
@@ -65,7 +64,7 @@ fn a_user_parser_overrides_the_system_one_and_a_project_parser_overrides_it() {
     assert_eq!(rye.load(&request).unwrap().metadata["version"], "9.9.9");
 
     // A broken project parser wins over the user one and says so.
-    write(
+    common::write(
         project.path(),
         ".ai/parsers/python/ast.wasm",
         "not a component",
@@ -341,7 +340,7 @@ fn the_custom_toml_parser_example_makes_toml_tools_work() {
     );
     let parser = project.path().join(".ai/parsers/toml/toml.wasm");
     std::fs::create_dir_all(parser.parent().unwrap()).unwrap();
-    std::fs::copy(artifacts::TOML_PARSER, &parser).unwrap();
+    common::copy_signed(artifacts::TOML_PARSER, &parser);
     let rye = common::rye(user.path());
     let loaded = rye
         .load(&LoadRequest {
@@ -424,6 +423,7 @@ fn an_edited_item_is_reparsed() {
     };
     assert_eq!(search("words"), 1);
     std::fs::write(&path, TOOL.replace("Count words.", "Tally tokens.")).unwrap();
+    common::sign_file(&path);
     assert_eq!(search("words"), 0);
     assert_eq!(search("tokens"), 1);
 

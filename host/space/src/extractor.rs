@@ -26,12 +26,31 @@ pub struct Extractor {
     pub parser: Option<String>,
     /// Search weight per field name.
     pub search_fields: Vec<(String, f64)>,
+    /// Signature line formats declared per extension (`signature_format`
+    /// for every extension, `signature_formats` per extension); extensions
+    /// not listed use the host's built-in formats.
+    pub signature_formats: Vec<(String, DeclaredFormat)>,
     /// The file this came from.
     pub source: PathBuf,
 }
 
+/// How an extractor says signature lines are written in its files.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredFormat {
+    pub prefix: String,
+    #[serde(default)]
+    pub suffix: String,
+    #[serde(default)]
+    pub after_shebang: bool,
+}
+
 #[derive(Deserialize)]
 struct ExtractorFile {
+    #[serde(default)]
+    signature_format: Option<DeclaredFormat>,
+    #[serde(default)]
+    signature_formats: std::collections::BTreeMap<String, DeclaredFormat>,
     extensions: Vec<String>,
     #[serde(default)]
     parser: Option<String>,
@@ -94,8 +113,31 @@ impl Extractor {
                 ))),
             })
             .collect::<Result<_, _>>()?;
+        for (ext, format) in &file.signature_formats {
+            if !file.extensions.contains(ext) {
+                return Err(bad(format!(
+                    "signature_formats names {ext:?}, which is not among the extensions"
+                )));
+            }
+            check_format(format)
+                .map_err(|why| bad(format!("signature format of {ext:?}: {why}")))?;
+        }
+        if let Some(format) = &file.signature_format {
+            check_format(format).map_err(|why| bad(format!("signature_format: {why}")))?;
+        }
+        let signature_formats = file
+            .extensions
+            .iter()
+            .filter_map(|ext| {
+                file.signature_formats
+                    .get(ext)
+                    .or(file.signature_format.as_ref())
+                    .map(|f| (ext.clone(), f.clone()))
+            })
+            .collect();
         Ok(Self {
             kind,
+            signature_formats,
             extensions: file.extensions,
             parsers,
             parser: file.parser,
@@ -103,6 +145,16 @@ impl Extractor {
             source: path.to_owned(),
         })
     }
+}
+
+fn check_format(format: &DeclaredFormat) -> Result<(), &'static str> {
+    if format.prefix.trim().is_empty()
+        || format.prefix.contains('\n')
+        || format.suffix.contains('\n')
+    {
+        return Err("needs a non-empty prefix and a suffix on one line");
+    }
+    Ok(())
 }
 
 /// The extractors in effect for one set of spaces.
@@ -181,6 +233,22 @@ mod tests {
         assert_eq!(e.parser_for(".yaml"), Some("yaml/yaml"));
         assert_eq!(e.parser_for(".py"), Some("python/ast"));
         assert_eq!(e.search_fields, [("name".to_owned(), 3.0)]);
+        assert!(e.signature_formats.is_empty());
+    }
+
+    #[test]
+    fn signature_formats_apply_per_extension() {
+        let text = "extensions: ['.rb', '.lua']\nparser: x/y\nsignature_formats:\n  .rb: {prefix: '#', after_shebang: true}\n  .lua: {prefix: '--'}\n";
+        let e = Extractor::from_yaml(ItemKind::Tool, Path::new("x.yaml"), text).unwrap();
+        assert_eq!(e.signature_formats.len(), 2);
+        assert_eq!(e.signature_formats[1].1.prefix, "--");
+        assert!(e.signature_formats[0].1.after_shebang);
+        let text = "extensions: ['.rb']\nsignature_formats:\n  .py: {prefix: '#'}\n";
+        let err = Extractor::from_yaml(ItemKind::Tool, Path::new("x.yaml"), text).unwrap_err();
+        assert!(
+            err.to_string().contains("not among the extensions"),
+            "{err}"
+        );
     }
 
     #[test]

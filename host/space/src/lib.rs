@@ -27,7 +27,7 @@ mod walk;
 mod yaml;
 
 pub use error::{SpaceError, display_paths};
-pub use extractor::{EXTRACTORS_DIR, Extractor, Extractors};
+pub use extractor::{DeclaredFormat, EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
 pub use kind::ItemKind;
 pub use listing::ListingCache;

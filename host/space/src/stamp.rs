@@ -4,7 +4,7 @@ use std::path::Path;
 /// unchanged, so is the content. The change time (`ctime`) moves on every
 /// write and cannot be set back by user code, so even a write that restores
 /// the modification time is noticed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileStamp {
     len: u64,
     #[cfg(unix)]

@@ -1,6 +1,7 @@
 //! The system space Rye ships with: every file of the repository's `.ai/`
 //! plus the parser components built from `runtimes/`, embedded at build
-//! time.
+//! time and signed there by a key whose public half is
+//! [`public_key_pem`].
 //!
 //! Items and components are used as files (parsers are compiled from a
 //! path; tools run from one), so [`materialize`] writes the bundle once per
@@ -27,6 +28,12 @@ pub fn files() -> &'static [(&'static str, &'static [u8])] {
 /// SHA-256 over every embedded path and content.
 pub fn hash() -> &'static str {
     bundle::HASH
+}
+
+/// The public key (PEM) that signed every embedded file. It was made for
+/// this build; its private half was discarded once the bundle was signed.
+pub fn public_key_pem() -> &'static str {
+    bundle::PUBLIC_KEY_PEM
 }
 
 /// The `.ai/` folder the bundle was built from. A project whose `.ai/` is
@@ -104,11 +111,41 @@ mod tests {
             "tools/rye/core/extractors/tool/tool_extractor.yaml",
             "parsers/python/ast.wasm",
             "parsers/markdown/xml.wasm",
+            "parsers/markdown/xml.wasm.sig",
         ] {
             assert!(
                 names.contains(&expected),
                 "{expected} missing from {names:?}"
             );
+        }
+    }
+
+    #[test]
+    fn every_file_is_signed_by_the_embedded_key() {
+        use rye_integrity::{PublicKey, TrustStore, format_for, verify_detached, verify_text};
+        use sha2::{Digest, Sha256};
+
+        let key = PublicKey::from_pem(public_key_pem()).unwrap();
+        let trust = TrustStore::builder().builtin(key, "rye-system").build();
+        let all = files();
+        for (relative, bytes) in all {
+            if relative.ends_with(".sig") {
+                continue;
+            }
+            if relative.ends_with(".wasm") {
+                let sig = all
+                    .iter()
+                    .find(|(p, _)| *p == format!("{relative}.sig"))
+                    .unwrap_or_else(|| panic!("{relative} has no detached signature"));
+                let hash: [u8; 32] = Sha256::digest(bytes).into();
+                verify_detached(&hash, std::str::from_utf8(sig.1).unwrap(), &trust)
+                    .unwrap_or_else(|e| panic!("{relative}: {e}"));
+                continue;
+            }
+            let kind: rye_space::ItemKind = relative.split('/').next().unwrap().parse().unwrap();
+            let format = format_for(kind, relative, &[]).unwrap();
+            verify_text(std::str::from_utf8(bytes).unwrap(), kind, &format, &trust)
+                .unwrap_or_else(|e| panic!("{relative}: {e}"));
         }
     }
 

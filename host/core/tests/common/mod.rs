@@ -3,8 +3,10 @@
 #![allow(dead_code, reason = "each test file uses a different part")]
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use rye_host::{HostConfig, Rye, RyeConfig};
+use rye_host::rye_integrity::{self, Keypair};
+use rye_host::{HostConfig, IntegrityPolicy, ItemKind, Rye, RyeConfig};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -29,8 +31,13 @@ pub fn rye(user: &Path) -> Rye {
 /// A host whose system space is `system` (a folder holding `.ai/`), or the
 /// embedded bundle for `None`.
 pub fn rye_with_system(user: &Path, system: Option<&Path>) -> Rye {
+    Rye::new(config(user, system)).unwrap()
+}
+
+/// The configuration [`rye_with_system`] uses: the test key is trusted.
+pub fn config(user: &Path, system: Option<&Path>) -> RyeConfig {
     let cache = shared_cache();
-    Rye::new(RyeConfig {
+    RyeConfig {
         cache_dir: cache.clone(),
         user_base: Some(user.to_owned()),
         system_base: system.map(Path::to_owned),
@@ -39,16 +46,77 @@ pub fn rye_with_system(user: &Path, system: Option<&Path>) -> Rye {
             ..HostConfig::default()
         },
         watch: true,
-    })
-    .unwrap()
+        integrity: IntegrityPolicy::default(),
+        trusted_keys: vec![(test_key().public().clone(), "test".into())],
+        signing_key_dir: None,
+    }
 }
 
-/// Writes `content` at `base/relative`, creating folders.
+/// The key this test process signs its items with; the hosts of
+/// [`rye`] trust it.
+pub fn test_key() -> &'static Keypair {
+    static KEY: OnceLock<Keypair> = OnceLock::new();
+    KEY.get_or_init(|| Keypair::generate().unwrap())
+}
+
+/// Writes `content` at `base/relative`, creating folders, signed by the
+/// test key when it is an item (UTF-8, under `.ai/<kind folder>/`) or a
+/// component (a detached signature beside it).
 pub fn write(base: &Path, relative: &str, content: impl AsRef<[u8]>) -> PathBuf {
+    let path = write_unsigned(base, relative, content.as_ref());
+    sign_file(&path);
+    path
+}
+
+/// Writes `content` at `base/relative` as it is.
+pub fn write_unsigned(base: &Path, relative: &str, content: impl AsRef<[u8]>) -> PathBuf {
     let path = base.join(relative);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, content).unwrap();
     path
+}
+
+/// Signs the file at `path` in place with the test key, as its place
+/// under `.ai/` says: items get a signature line, components a detached
+/// `.sig`. Other files are left alone.
+pub fn sign_file(path: &Path) {
+    let text = path.to_string_lossy().replace('\\', "/");
+    let Some(after) = text.rsplit_once("/.ai/").map(|(_, after)| after.to_owned()) else {
+        return;
+    };
+    let folder = after.split('/').next().unwrap_or_default();
+    let now = std::time::SystemTime::now();
+    if ["parsers", "adapters", "validators"].contains(&folder) {
+        if path.extension().is_some_and(|e| e == "wasm") {
+            use sha2::Digest;
+            let hash: [u8; 32] = sha2::Sha256::digest(std::fs::read(path).unwrap()).into();
+            std::fs::write(
+                rye_integrity::detached_path(path),
+                rye_integrity::sign_detached(&hash, test_key(), now),
+            )
+            .unwrap();
+        }
+        return;
+    }
+    let Ok(kind) = folder.parse::<ItemKind>() else {
+        return;
+    };
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let Ok(format) = rye_integrity::format_for(kind, name, &[]) else {
+        return;
+    };
+    let Ok(content) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let signed = rye_integrity::sign_text(&content, &format, test_key(), now).unwrap();
+    std::fs::write(path, signed).unwrap();
+}
+
+/// Copies `from` to `to` and signs the copy (see [`sign_file`]).
+pub fn copy_signed(from: impl AsRef<Path>, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::copy(from, to).unwrap();
+    sign_file(to);
 }
 
 /// A writable copy of the bundled system space, for tests that need system

@@ -1,0 +1,564 @@
+//! Verification of items and components before they are used.
+//!
+//! Every chain element, every parser and adapter component, and every
+//! directive or knowledge entry that is executed must carry a valid
+//! signature by a key the trust store trusts (see [`rye_integrity`]).
+//! Verdicts are cached by content hash and trust store, so a warm
+//! execution checks no signature twice; the trust store is re-read only
+//! when a trusted-key folder or file changes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rye_components::{LoadedComponent, World};
+use rye_integrity::{
+    IntegrityError, PublicKey, SignatureFormat, TRUSTED_DIR, TrustStore, Verified, format_for,
+    verify_detached, verify_text,
+};
+use rye_space::{Extractors, FileStamp, ItemKind, Space, Spaces};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::cache::Generational;
+use crate::{HostError, Rye};
+
+/// Verdicts kept in memory.
+const VERDICT_CACHE_ENTRIES: usize = 50_000;
+
+/// What the host demands of the files it uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntegrityPolicy {
+    /// Verify signatures at all. Off only for hosts that verify by other
+    /// means (and for measuring what verification costs).
+    pub enforce: bool,
+    /// Let unsigned items and components of the project space run, for
+    /// development. Signed but modified or untrusted files still fail, and
+    /// every result that used an unsigned file says so in `warnings`.
+    pub allow_unsigned_project: bool,
+}
+
+impl Default for IntegrityPolicy {
+    fn default() -> Self {
+        Self {
+            enforce: true,
+            allow_unsigned_project: false,
+        }
+    }
+}
+
+/// How a file the host used stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Signed {
+    /// Signed by a trusted key and unchanged.
+    Verified(Verified),
+    /// Unsigned, allowed by the policy for the project space.
+    UnsignedAllowed,
+    /// Verification is off.
+    NotChecked,
+}
+
+impl Signed {
+    /// The warning a result carries for this file, if any.
+    pub fn warning(&self, what: &str) -> Option<String> {
+        match self {
+            Signed::Verified(v) => v.uncovered.as_ref().map(|u| format!("{what}: {u}")),
+            Signed::UnsignedAllowed => Some(format!(
+                "{what}: unsigned, used because the policy allows unsigned project items"
+            )),
+            Signed::NotChecked => None,
+        }
+    }
+
+    pub fn fingerprint(&self) -> Option<&str> {
+        match self {
+            Signed::Verified(v) => Some(&v.fingerprint),
+            _ => None,
+        }
+    }
+
+    /// The content hash a lockfile pins: the signed hash, or the file's
+    /// SHA-256 when the file is unsigned.
+    pub(crate) fn integrity(&self, file_hash: &[u8; 32]) -> String {
+        match self {
+            Signed::Verified(v) => v.hash.clone(),
+            _ => hex::encode(file_hash),
+        }
+    }
+}
+
+/// A component found through the spaces and verified.
+#[derive(Clone)]
+pub(crate) struct FoundComponent {
+    pub(crate) component: Arc<LoadedComponent>,
+    pub(crate) signed: Signed,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct VerdictKey {
+    content: [u8; 32],
+    kind: ItemKind,
+    format: SignatureFormat,
+    trust: [u8; 32],
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ComponentKey {
+    content: [u8; 32],
+    signature: Option<FileStamp>,
+    trust: [u8; 32],
+}
+
+type Verdict = Result<Verified, IntegrityError>;
+
+/// Trust stores by their folders, with the stamps they were read at.
+type TrustCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<TrustStore>)>;
+
+pub(crate) struct IntegrityState {
+    pub(crate) policy: IntegrityPolicy,
+    builtin: Option<PublicKey>,
+    given: Vec<(PublicKey, String)>,
+    trust: std::sync::Mutex<TrustCache>,
+    verdicts: std::sync::Mutex<Generational<VerdictKey, Verdict>>,
+    components: std::sync::Mutex<Generational<ComponentKey, Verdict>>,
+    hashes: std::sync::Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
+}
+
+impl IntegrityState {
+    pub(crate) fn new(policy: IntegrityPolicy, given: Vec<(PublicKey, String)>) -> Self {
+        Self {
+            policy,
+            builtin: PublicKey::from_pem(rye_system::public_key_pem()).ok(),
+            given,
+            trust: Default::default(),
+            verdicts: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
+            components: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
+            hashes: Default::default(),
+        }
+    }
+}
+
+/// The stamps of the trusted-key folders and of the files in them; the
+/// files are those of the last read (a file added or removed changes its
+/// folder's stamp, one rewritten in place its own).
+fn trust_stamps(dirs: &[PathBuf], files: &[PathBuf]) -> Vec<Option<FileStamp>> {
+    dirs.iter()
+        .chain(files)
+        .map(|p| FileStamp::read(p).ok())
+        .collect()
+}
+
+/// The trusted-key files a store was built from: those it kept and those
+/// it left out.
+fn files_read(store: &TrustStore) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = store
+        .keys()
+        .filter_map(|k| match &k.source {
+            rye_integrity::KeySource::File { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .chain(store.ignored().iter().map(|(p, _)| p.clone()))
+        .collect();
+    files.sort();
+    files
+}
+
+fn trusted_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+pub(crate) fn declared_formats(
+    extractors: Option<&Extractors>,
+    kind: ItemKind,
+) -> Vec<(String, SignatureFormat)> {
+    extractors
+        .and_then(|e| e.get(kind))
+        .map(|e| {
+            e.signature_formats
+                .iter()
+                .map(|(ext, f)| {
+                    (
+                        ext.clone(),
+                        SignatureFormat::new(&f.prefix, &f.suffix, f.after_shebang),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Rye {
+    /// The keys trusted for `spaces`: the system key built into the
+    /// binary, keys given in the configuration, and the trusted-key files
+    /// of the spaces.
+    pub fn trust_store(&self, spaces: &Spaces) -> Arc<TrustStore> {
+        let dirs: Vec<PathBuf> = spaces
+            .roots()
+            .iter()
+            .map(|r| r.ai_dir.join(TRUSTED_DIR))
+            .collect();
+        let mut cache = self.integrity.trust.lock().expect("trust cache lock");
+        if let Some((stamps, store)) = cache.get(&dirs)
+            && *stamps == trust_stamps(&dirs, &files_read(store))
+        {
+            return store.clone();
+        }
+        let files = trusted_files(&dirs);
+        let stamps = trust_stamps(&dirs, &files);
+        let mut builder = TrustStore::builder();
+        if let Some(key) = &self.integrity.builtin {
+            builder = builder.builtin(key.clone(), "rye-system");
+        }
+        for (key, owner) in &self.integrity.given {
+            builder = builder.anchor(key.clone(), owner);
+        }
+        for root in spaces.roots() {
+            builder = builder.dir(root.space, root.ai_dir.join(TRUSTED_DIR));
+        }
+        let store = Arc::new(builder.build());
+        for (path, reason) in store.ignored() {
+            tracing::warn!("ignoring trusted key {}: {reason}", path.display());
+        }
+        let read = files_read(&store);
+        let stamps = if read == files {
+            stamps
+        } else {
+            trust_stamps(&dirs, &read)
+        };
+        cache.insert(dirs, (stamps, store.clone()));
+        store
+    }
+
+    /// Finds component `name` under `.ai/<folder>/` through the spaces and
+    /// loads it as `world` once its signature checks out. Returns the
+    /// paths searched when no space has it.
+    pub(crate) fn find_component(
+        &self,
+        spaces: &Spaces,
+        trust: &TrustStore,
+        folder: &str,
+        name: &str,
+        world: World,
+    ) -> Result<Result<FoundComponent, Vec<PathBuf>>, HostError> {
+        rye_space::validate_plugin_name(name)?;
+        let mut searched = Vec::new();
+        for root in spaces.roots() {
+            let path = root.ai_dir.join(folder).join(format!("{name}.wasm"));
+            if !path.is_file() {
+                searched.push(path);
+                continue;
+            }
+            let mut signed = None;
+            let loaded = self.components.load_checked(&path, world, |hash| {
+                self.verify_component(trust, root.space, &path, *hash)
+                    .map(|s| signed = Some(s))
+            })?;
+            return Ok(Ok(FoundComponent {
+                component: loaded?,
+                signed: signed.expect("checked before loading"),
+            }));
+        }
+        Ok(Err(searched))
+    }
+
+    /// Verifies the item file at `path` (of `kind`, found in `space`) whose
+    /// bytes hash to `content_hash`; `content` is the bytes when the caller
+    /// has them.
+    pub(crate) fn verify_item(
+        &self,
+        trust: &TrustStore,
+        extractors: Option<&Extractors>,
+        item: (ItemKind, Space, &Path),
+        content_hash: [u8; 32],
+        content: Option<&[u8]>,
+    ) -> Result<Signed, HostError> {
+        let (kind, space, path) = item;
+        if !self.integrity.policy.enforce {
+            return Ok(Signed::NotChecked);
+        }
+        let fail = |error: IntegrityError| HostError::Integrity {
+            path: path.to_owned(),
+            error,
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let format = format_for(kind, name, &declared_formats(extractors, kind)).map_err(fail)?;
+        let mut key = VerdictKey {
+            content: content_hash,
+            kind,
+            format,
+            trust: trust.id(),
+        };
+        let cached = self
+            .integrity
+            .verdicts
+            .lock()
+            .expect("verdict lock")
+            .get(&key);
+        let verdict = match cached {
+            Some(verdict) => verdict,
+            None => {
+                let read;
+                let bytes = match content {
+                    Some(bytes) => bytes,
+                    None => {
+                        read = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+                        // The file may have changed since it was hashed.
+                        key.content = Sha256::digest(&read).into();
+                        &read
+                    }
+                };
+                let verdict = match std::str::from_utf8(bytes) {
+                    Ok(text) => verify_text(text, kind, &key.format, trust),
+                    Err(_) => Err(IntegrityError::NotText),
+                };
+                self.integrity
+                    .verdicts
+                    .lock()
+                    .expect("verdict lock")
+                    .insert(key, verdict.clone());
+                verdict
+            }
+        };
+        self.judge(verdict, space).map_err(fail)
+    }
+
+    /// Verifies the component at `path` (found in `space`) whose bytes
+    /// hash to `content_hash`, by its detached signature `<path>.sig`.
+    pub(crate) fn verify_component(
+        &self,
+        trust: &TrustStore,
+        space: Space,
+        path: &Path,
+        content_hash: [u8; 32],
+    ) -> Result<Signed, HostError> {
+        if !self.integrity.policy.enforce {
+            return Ok(Signed::NotChecked);
+        }
+        let sig_path = rye_integrity::detached_path(path);
+        let fail = |error: IntegrityError| HostError::Integrity {
+            path: path.to_owned(),
+            error,
+        };
+        let key = ComponentKey {
+            content: content_hash,
+            signature: FileStamp::read(&sig_path).ok(),
+            trust: trust.id(),
+        };
+        let cached = self
+            .integrity
+            .components
+            .lock()
+            .expect("verdict lock")
+            .get(&key);
+        let verdict = match cached {
+            Some(verdict) => verdict,
+            None => {
+                let verdict = match std::fs::read(&sig_path) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err(IntegrityError::NoDetachedSignature {
+                            path: sig_path.clone(),
+                        })
+                    }
+                    Err(e) => return Err(HostError::io(&sig_path, e)),
+                    Ok(bytes) => match String::from_utf8(bytes) {
+                        Ok(text) => verify_detached(&content_hash, &text, trust),
+                        Err(_) => Err(IntegrityError::Malformed(format!(
+                            "{} is not text",
+                            sig_path.display()
+                        ))),
+                    },
+                };
+                self.integrity
+                    .components
+                    .lock()
+                    .expect("verdict lock")
+                    .insert(key, verdict.clone());
+                verdict
+            }
+        };
+        self.judge(verdict, space).map_err(fail)
+    }
+
+    fn judge(&self, verdict: Verdict, space: Space) -> Result<Signed, IntegrityError> {
+        match verdict {
+            Ok(verified) => Ok(Signed::Verified(verified)),
+            Err(e)
+                if e.is_unsigned()
+                    && space == Space::Project
+                    && self.integrity.policy.allow_unsigned_project =>
+            {
+                Ok(Signed::UnsignedAllowed)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Dependencies checked by `verify_deps`, from the runtime YAML key of that
+/// name (taken from the first chain element that has it).
+struct DepsRule {
+    scope: String,
+    recursive: bool,
+    extensions: Vec<String>,
+    exclude_dirs: Vec<String>,
+}
+
+impl DepsRule {
+    fn from(value: &serde_json::Value) -> Option<Self> {
+        if value.get("enabled").and_then(serde_json::Value::as_bool) == Some(false) {
+            return None;
+        }
+        let strings = |key: &str, default: &[&str]| -> Vec<String> {
+            match value.get(key).and_then(serde_json::Value::as_array) {
+                Some(items) => items
+                    .iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+                None => default.iter().map(|s| (*s).to_owned()).collect(),
+            }
+        };
+        Some(Self {
+            scope: value
+                .get("scope")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("anchor")
+                .to_owned(),
+            recursive: value
+                .get("recursive")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true),
+            extensions: strings("extensions", &[".py", ".yaml", ".yml", ".json"]),
+            exclude_dirs: strings(
+                "exclude_dirs",
+                &["__pycache__", ".venv", "node_modules", ".git"],
+            ),
+        })
+    }
+}
+
+impl Rye {
+    /// `verify_deps`: with an active anchor at `anchor`, every file the
+    /// chain's rule selects (by scope, extension and excluded folders) must
+    /// verify before the tool runs. Symbolic links are not followed into
+    /// folders, and a file that resolves outside the base is refused.
+    /// Returns the files checked and how each stands.
+    pub(crate) fn verify_deps(
+        &self,
+        trust: &TrustStore,
+        chain: &crate::Chain,
+        anchor: Option<&Path>,
+    ) -> Result<Vec<(PathBuf, Signed)>, HostError> {
+        let Some(rule) = chain
+            .elements
+            .iter()
+            .find_map(|e| e.metadata.get("verify_deps"))
+            .and_then(DepsRule::from)
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(anchor) = anchor else {
+            return Ok(Vec::new());
+        };
+        let tool = chain.tool();
+        let tool_dir = tool.path.parent().unwrap_or(Path::new("/"));
+        let (base, recursive) = match rule.scope.as_str() {
+            "tool_file" => return Ok(Vec::new()),
+            "tool_siblings" => (tool_dir, false),
+            "tool_dir" => (tool_dir, rule.recursive),
+            "anchor" => (anchor, rule.recursive),
+            other => {
+                return Err(HostError::Invalid(format!(
+                    "verify_deps.scope {other:?} is not tool_file, tool_siblings, tool_dir or anchor"
+                )));
+            }
+        };
+        let real_base = base.canonicalize().map_err(|e| HostError::io(base, e))?;
+        let mut files = Vec::new();
+        collect_deps(&rule, base, recursive, &mut files)?;
+        files.sort();
+        let mut checked = Vec::new();
+        for file in files {
+            let real = file.canonicalize().map_err(|e| HostError::io(&file, e))?;
+            if !real.starts_with(&real_base) {
+                return Err(HostError::Integrity {
+                    path: file,
+                    error: IntegrityError::Escape(format!(
+                        "symlink escape: it resolves to {}, outside {}",
+                        real.display(),
+                        real_base.display()
+                    )),
+                });
+            }
+            let hash = self.file_hash(&real)?;
+            let signed =
+                self.verify_item(trust, None, (ItemKind::Tool, tool.space, &file), hash, None)?;
+            checked.push((file, signed));
+        }
+        Ok(checked)
+    }
+
+    /// SHA-256 of a file, re-read only when its stamp changed.
+    fn file_hash(&self, path: &Path) -> Result<[u8; 32], HostError> {
+        let stamp = FileStamp::read(path).map_err(|e| HostError::io(path, e))?;
+        if let Some((known, hash)) = self
+            .integrity
+            .hashes
+            .lock()
+            .expect("hash cache lock")
+            .get(path)
+            && *known == stamp
+        {
+            return Ok(*hash);
+        }
+        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        self.integrity
+            .hashes
+            .lock()
+            .expect("hash cache lock")
+            .insert(path.to_owned(), (stamp, hash));
+        Ok(hash)
+    }
+}
+
+fn collect_deps(
+    rule: &DepsRule,
+    dir: &Path,
+    recursive: bool,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), HostError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| HostError::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| HostError::io(dir, e))?;
+        let path = entry.path();
+        let file_type = entry.file_type().map_err(|e| HostError::io(&path, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if file_type.is_dir() {
+            if recursive && !rule.exclude_dirs.iter().any(|d| d == name.as_ref()) {
+                collect_deps(rule, &path, recursive, out)?;
+            }
+        } else if rule
+            .extensions
+            .iter()
+            .any(|ext| name.ends_with(ext.as_str()))
+            && (file_type.is_file() || path.is_file())
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! Lockfiles: after a tool's first successful run, the integrity of every
+//! element of its chain is pinned in `.ai/lockfiles/<tool id>@<version>.lock.json`
+//! (project space when there is a project, else user space). A later run
+//! whose chain differs from the pin fails until the lock is refreshed.
+//! The format is the original system's (lockfile_version 1).
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rye_space::{Space, Spaces};
+use serde_json::{Value, json};
+
+use crate::{Chain, ChainElement, HostError, Rye};
+
+/// Where lockfiles live under `.ai/`.
+pub const LOCKFILES_DIR: &str = "lockfiles";
+
+/// The provider id of elements of the bundled system space.
+const SYSTEM_PROVIDER: &str = "rye-system";
+
+fn system_version() -> String {
+    format!(
+        "{}+{}",
+        env!("CARGO_PKG_VERSION"),
+        &rye_system::hash()[..16]
+    )
+}
+
+fn version_of(element: &ChainElement) -> String {
+    match element.metadata.get("version") {
+        Some(Value::String(v)) => v.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "0.0.0".into(),
+    }
+}
+
+fn integrity(element: &ChainElement) -> String {
+    element.signed.integrity(&element.content_hash)
+}
+
+fn provider(element: &ChainElement) -> (String, String) {
+    match element.space {
+        Space::System => (SYSTEM_PROVIDER.into(), system_version()),
+        space => (space.to_string(), version_of(element)),
+    }
+}
+
+/// `generated_at` as the original writes it: ISO 8601 with microseconds
+/// and `+00:00`.
+fn generated_at() -> String {
+    let now = SystemTime::now();
+    let micros = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros());
+    let stamp = rye_integrity::utc_timestamp(now);
+    format!("{}.{micros:06}+00:00", stamp.trim_end_matches('Z'))
+}
+
+/// The lockfile document for `chain`.
+fn document(chain: &Chain) -> Value {
+    let tool = chain.tool();
+    let (provider_id, provider_version) = provider(tool);
+    let resolved: Vec<Value> = chain
+        .elements
+        .iter()
+        .map(|e| {
+            let mut entry = json!({
+                "item_id": e.item_id,
+                "space": e.space,
+                "tool_type": e.metadata.get("tool_type").cloned().unwrap_or(Value::Null),
+                "executor_id": e.executor_id(),
+                "integrity": integrity(e),
+            });
+            if e.space == Space::System {
+                let (id, version) = provider(e);
+                entry["provider_id"] = json!(id);
+                entry["provider_version"] = json!(version);
+            }
+            entry
+        })
+        .collect();
+    json!({
+        "lockfile_version": 1,
+        "generated_at": generated_at(),
+        "root": {
+            "tool_id": tool.item_id,
+            "version": version_of(tool),
+            "integrity": integrity(tool),
+            "provider_id": provider_id,
+            "provider_version": provider_version,
+        },
+        "resolved_chain": resolved,
+        "registry": null,
+        "verified_deps": null,
+    })
+}
+
+fn file_name(tool: &ChainElement) -> String {
+    format!("{}@{}.lock.json", tool.item_id, version_of(tool))
+}
+
+/// How a run stands against its lockfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LockState {
+    /// A lockfile matched the chain.
+    Used(PathBuf),
+    /// None applies; one is written after a successful run.
+    Absent,
+    /// Integrity checks are off.
+    Off,
+}
+
+impl Rye {
+    /// Checks `chain` against the first lockfile for its tool (project,
+    /// user, system). A lockfile that cannot be read is treated as absent;
+    /// one pinned to another release of the system space is discarded.
+    pub(crate) fn check_lock(
+        &self,
+        spaces: &Spaces,
+        chain: &Chain,
+    ) -> Result<LockState, HostError> {
+        if !self.integrity.policy.enforce {
+            return Ok(LockState::Off);
+        }
+        let name = file_name(chain.tool());
+        let Some((path, locked)) = spaces.roots().iter().find_map(|root| {
+            let path = root.ai_dir.join(LOCKFILES_DIR).join(&name);
+            let text = std::fs::read_to_string(&path).ok()?;
+            match serde_json::from_str::<Value>(&text) {
+                Ok(doc) if is_lockfile(&doc) => Some((path, doc)),
+                _ => {
+                    tracing::warn!("ignoring {}: not a lockfile", path.display());
+                    None
+                }
+            }
+        }) else {
+            return Ok(LockState::Absent);
+        };
+        let stale_release = |entry: &Value| {
+            entry["provider_id"] == SYSTEM_PROVIDER
+                && entry["provider_version"].as_str() != Some(&system_version())
+        };
+        if stale_release(&locked["root"])
+            || locked["resolved_chain"]
+                .as_array()
+                .is_some_and(|entries| entries.iter().any(stale_release))
+        {
+            // Pinned to another release of the bundled system space.
+            let _ = std::fs::remove_file(&path);
+            return Ok(LockState::Absent);
+        }
+        let tool = chain.tool();
+        let refresh = format!(
+            "If the change is intended, sign the changed file (`rye sign tool <id>`) and refresh the lock \
+             (`rye lock {} --refresh`), or delete {}",
+            tool.item_id,
+            path.display()
+        );
+        let now = integrity(tool);
+        let pinned = locked["root"]["integrity"].as_str().unwrap_or_default();
+        if pinned != now {
+            return Err(HostError::Integrity {
+                path: tool.path.clone(),
+                error: rye_integrity::IntegrityError::StaleLock(format!(
+                    "integrity mismatch for tool {:?}: {} pins {}…, the tool is now {}…. {refresh}",
+                    tool.item_id,
+                    path.display(),
+                    &pinned[..pinned.len().min(16)],
+                    &now[..16]
+                )),
+            });
+        }
+        let entries = locked["resolved_chain"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let pinned_ids: Vec<&str> = entries
+            .iter()
+            .filter_map(|e| e["item_id"].as_str())
+            .collect();
+        let ids: Vec<&str> = chain.elements.iter().map(|e| e.item_id.as_str()).collect();
+        if pinned_ids != ids {
+            return Err(HostError::Integrity {
+                path: tool.path.clone(),
+                error: rye_integrity::IntegrityError::StaleLock(format!(
+                    "{} pins the chain {} but the tool now resolves to {}. {refresh}",
+                    path.display(),
+                    pinned_ids.join(" -> "),
+                    ids.join(" -> ")
+                )),
+            });
+        }
+        for (entry, element) in entries.iter().zip(&chain.elements) {
+            let now = integrity(element);
+            let pinned = entry["integrity"].as_str().unwrap_or_default();
+            let space_now = element.space.to_string();
+            if entry["space"].as_str() != Some(space_now.as_str()) || pinned != now {
+                return Err(HostError::Integrity {
+                    path: element.path.clone(),
+                    error: rye_integrity::IntegrityError::StaleLock(format!(
+                        "integrity mismatch for chain element {:?}: {} pins {}… in the {} space, \
+                         it is now {}… in the {} space. {refresh}",
+                        element.item_id,
+                        path.display(),
+                        &pinned[..pinned.len().min(16)],
+                        entry["space"].as_str().unwrap_or("?"),
+                        &now[..16],
+                        space_now
+                    )),
+                });
+            }
+        }
+        Ok(LockState::Used(path))
+    }
+
+    /// Writes the lockfile of `chain` (replacing any) into the project
+    /// space, or the user space when there is no project.
+    pub(crate) fn write_lock(&self, spaces: &Spaces, chain: &Chain) -> Result<PathBuf, HostError> {
+        let root = spaces
+            .root(Space::Project)
+            .or_else(|| spaces.root(Space::User))
+            .ok_or_else(|| {
+                HostError::Invalid("no project or user space to keep the lockfile in".into())
+            })?;
+        let path = root
+            .ai_dir
+            .join(LOCKFILES_DIR)
+            .join(file_name(chain.tool()));
+        let text = serde_json::to_string_pretty(&document(chain)).expect("JSON") + "\n";
+        write_atomically(&path, text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Removes the lockfiles of tool `id` at `version` from the project and
+    /// user spaces (signing a tool does, as its pin is then stale).
+    pub(crate) fn remove_locks(&self, spaces: &Spaces, id: &str, version: &str) -> Vec<PathBuf> {
+        [Space::Project, Space::User]
+            .iter()
+            .filter_map(|space| spaces.root(*space))
+            .map(|root| {
+                root.ai_dir
+                    .join(LOCKFILES_DIR)
+                    .join(format!("{id}@{version}.lock.json"))
+            })
+            .filter(|path| std::fs::remove_file(path).is_ok())
+            .collect()
+    }
+
+    /// Builds, verifies and pins the chain of `tool_id` (replacing its
+    /// lockfile): what `rye lock` does.
+    pub fn lock(&self, project: Option<&Path>, tool_id: &str) -> Result<PathBuf, HostError> {
+        let chain = self.chain(project, tool_id)?;
+        let spaces = self.spaces(project);
+        self.write_lock(&spaces, &chain)
+    }
+
+    /// The tool ids with a lockfile in the project space (or the user
+    /// space without a project).
+    pub fn locked_tools(&self, project: Option<&Path>) -> Result<Vec<String>, HostError> {
+        let spaces = self.spaces(project);
+        let Some(root) = spaces
+            .root(Space::Project)
+            .or_else(|| spaces.root(Space::User))
+        else {
+            return Ok(Vec::new());
+        };
+        let dir = root.ai_dir.join(LOCKFILES_DIR);
+        let mut found = Vec::new();
+        collect_locks(&dir, &dir, &mut found)?;
+        found.sort();
+        Ok(found)
+    }
+}
+
+fn collect_locks(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), HostError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_locks(base, &path, out)?;
+        } else if let Some(relative) = path
+            .strip_prefix(base)
+            .ok()
+            .and_then(|p| p.to_str())
+            .and_then(|p| p.strip_suffix(".lock.json"))
+            && let Some((id, _version)) = relative.rsplit_once('@')
+        {
+            out.push(id.replace(std::path::MAIN_SEPARATOR, "/"));
+        }
+    }
+    Ok(())
+}
+
+fn is_lockfile(doc: &Value) -> bool {
+    doc["lockfile_version"] == 1
+        && doc["generated_at"].is_string()
+        && [
+            "tool_id",
+            "version",
+            "integrity",
+            "provider_id",
+            "provider_version",
+        ]
+        .iter()
+        .all(|k| doc["root"].get(*k).is_some())
+        && doc["resolved_chain"].is_array()
+}
+
+/// Writes `path` whole or not at all.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), HostError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| HostError::io(dir, e))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).map_err(|e| HostError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        HostError::io(path, e)
+    })
+}

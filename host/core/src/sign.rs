@@ -1,0 +1,560 @@
+//! Signing items and components, and checking files on request.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use rye_integrity::{
+    IntegrityError, Keypair, format_for, sign_detached, sign_text, verify_detached, verify_text,
+};
+use rye_space::{Extractors, ItemKind, Space, Spaces};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::integrity::declared_formats;
+use crate::lockfile::write_atomically;
+use crate::parse::ParserLookup;
+use crate::{HostError, Rye};
+
+/// Folders of `.ai/` that hold components, signed by detached files.
+pub const COMPONENT_FOLDERS: [&str; 3] = ["parsers", "adapters", "validators"];
+
+/// What can be signed: an item, or a component named by its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Signable {
+    Item(ItemKind),
+    /// `parsers`, `adapters` or `validators`.
+    Component(&'static str),
+}
+
+impl std::str::FromStr for Signable {
+    type Err = HostError;
+
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        match s {
+            "parser" | "parsers" => Ok(Signable::Component("parsers")),
+            "adapter" | "adapters" => Ok(Signable::Component("adapters")),
+            "validator" | "validators" => Ok(Signable::Component("validators")),
+            other => other.parse().map(Signable::Item).map_err(|_| {
+                HostError::Invalid(format!(
+                    "cannot sign {other:?}: expected directive, tool, knowledge, parser, adapter or validator"
+                ))
+            }),
+        }
+    }
+}
+
+/// One file signed.
+#[derive(Debug, Clone, Serialize)]
+pub struct SignedFile {
+    pub path: PathBuf,
+    /// The signature written: the detached file for a component.
+    pub signature_path: PathBuf,
+    pub fingerprint: String,
+    /// Whether the trust store of these spaces trusts the signing key.
+    pub trusted: bool,
+    /// False when the file already carried a valid signature by this key.
+    pub changed: bool,
+    /// Lockfiles removed because they pinned the old content.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_lockfiles: Vec<PathBuf>,
+}
+
+/// One file of a bulk signing: signed, or the file and why not.
+pub type SignOutcome = Result<SignedFile, (PathBuf, HostError)>;
+
+/// One file checked by [`Rye::verify_paths`].
+#[derive(Debug, Clone, Serialize)]
+pub struct FileCheck {
+    pub path: PathBuf,
+    /// `verified`, or the failure's code (`unsigned`, `modified`, …).
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl FileCheck {
+    /// Whether the check failed (an unsigned config file only warns).
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
+impl Rye {
+    /// The signing keypair (`rye keys generate` makes it).
+    pub fn signing_key(&self) -> Result<Keypair, HostError> {
+        let dir = self.key_dir.as_deref().ok_or_else(|| {
+            HostError::Invalid(
+                "no signing key folder: set RYE_SIGNING_KEY_DIR or a user space".into(),
+            )
+        })?;
+        Keypair::load(dir).map_err(|error| HostError::Integrity {
+            path: dir.to_owned(),
+            error,
+        })
+    }
+
+    /// The folder of the signing keypair.
+    pub fn key_dir(&self) -> Option<&Path> {
+        self.key_dir.as_deref()
+    }
+
+    /// Writes a trusted-key file for `key` into `space` (user or project),
+    /// signed with the signing key. Returns its path.
+    pub fn trust_key(
+        &self,
+        project: Option<&Path>,
+        key: &rye_integrity::PublicKey,
+        owner: &str,
+        space: Space,
+    ) -> Result<PathBuf, HostError> {
+        let spaces = self.spaces(project);
+        let root = match space {
+            Space::System => None,
+            space => spaces.root(space),
+        }
+        .ok_or_else(|| {
+            HostError::Invalid(format!(
+                "cannot write a trusted key into the {space} space here"
+            ))
+        })?;
+        let signer = self.signing_key()?;
+        let text = rye_integrity::trusted_key_toml(key, owner, &signer, SystemTime::now())
+            .map_err(|error| HostError::Integrity {
+                path: root.ai_dir.clone(),
+                error,
+            })?;
+        let path = root
+            .ai_dir
+            .join(rye_integrity::TRUSTED_DIR)
+            .join(format!("{}.toml", key.fingerprint()));
+        write_atomically(&path, text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Removes the trusted-key file of `fingerprint` from `space`.
+    pub fn untrust_key(
+        &self,
+        project: Option<&Path>,
+        fingerprint: &str,
+        space: Space,
+    ) -> Result<PathBuf, HostError> {
+        if fingerprint.len() != 16 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(HostError::Invalid(format!(
+                "{fingerprint:?} is not a key fingerprint (16 hex digits)"
+            )));
+        }
+        let spaces = self.spaces(project);
+        let root = match space {
+            Space::System => None,
+            space => spaces.root(space),
+        }
+        .ok_or_else(|| HostError::Invalid(format!("there is no {space} space here")))?;
+        let path = root
+            .ai_dir
+            .join(rye_integrity::TRUSTED_DIR)
+            .join(format!("{}.toml", fingerprint.to_ascii_lowercase()));
+        std::fs::remove_file(&path).map_err(|e| HostError::io(&path, e))?;
+        Ok(path)
+    }
+
+    /// Signs item or component `id` of `what` in `space` (project or
+    /// user). An item is first read by its parser and refused if the parser
+    /// finds it invalid; a component is first loaded (compiled and checked
+    /// against its world).
+    pub fn sign(
+        &self,
+        project: Option<&Path>,
+        what: Signable,
+        id: &str,
+        space: Space,
+    ) -> Result<SignedFile, HostError> {
+        if space == Space::System {
+            return Err(HostError::Invalid(
+                "the system space is signed when Rye is built; sign items in the project or user space"
+                    .into(),
+            ));
+        }
+        let spaces = self.spaces(project);
+        let root = spaces.root(space).ok_or_else(|| {
+            HostError::Invalid(format!("there is no {space} space here to sign in"))
+        })?;
+        let key = self.signing_key()?;
+        match what {
+            Signable::Component(folder) => {
+                rye_space::validate_plugin_name(id)?;
+                let path = root.ai_dir.join(folder).join(format!("{id}.wasm"));
+                if !path.is_file() {
+                    return Err(HostError::Invalid(format!(
+                        "{}: no such component to sign",
+                        path.display()
+                    )));
+                }
+                self.sign_component(&spaces, &path, folder, &key)
+            }
+            Signable::Item(kind) => {
+                let extractors = self.extractors(&spaces)?;
+                let extractor = extractors.require(kind)?;
+                let resolved = spaces.resolve(kind, id, &extractor.extensions, Some(space))?;
+                self.sign_item(
+                    &spaces,
+                    &extractors,
+                    kind,
+                    id,
+                    &resolved.location.path,
+                    space,
+                    &key,
+                )
+            }
+        }
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one item, described by its parts"
+    )]
+    fn sign_item(
+        &self,
+        spaces: &Spaces,
+        extractors: &Extractors,
+        kind: ItemKind,
+        id: &str,
+        path: &Path,
+        space: Space,
+        key: &Keypair,
+    ) -> Result<SignedFile, HostError> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let format =
+            format_for(kind, name, &declared_formats(Some(extractors), kind)).map_err(|error| {
+                HostError::Integrity {
+                    path: path.to_owned(),
+                    error,
+                }
+            })?;
+        let mut parsers = ParserLookup::default();
+        let parsed = self.parse_file(spaces, extractors, &mut parsers, (kind, id, space, path))?;
+        if let Err(failure) = parsed.outcome.as_ref() {
+            return Err(HostError::Invalid(format!(
+                "{}: not signed, its parser {} finds it invalid: {failure}",
+                path.display(),
+                parsed.parser
+            )));
+        }
+        let trust = self.trust_store(spaces);
+        let already = verify_text(&parsed.content, kind, &format, &trust)
+            .ok()
+            .filter(|v| v.fingerprint == key.fingerprint() && v.uncovered.is_none());
+        let trusted = trust.get(key.fingerprint()).is_some();
+        if already.is_some() {
+            return Ok(SignedFile {
+                path: path.to_owned(),
+                signature_path: path.to_owned(),
+                fingerprint: key.fingerprint().to_owned(),
+                trusted,
+                changed: false,
+                removed_lockfiles: Vec::new(),
+            });
+        }
+        let signed =
+            sign_text(&parsed.content, &format, key, SystemTime::now()).map_err(|error| {
+                HostError::Integrity {
+                    path: path.to_owned(),
+                    error,
+                }
+            })?;
+        write_keeping_mode(path, signed.as_bytes())?;
+        let removed_lockfiles = if kind == ItemKind::Tool {
+            let version = parsed
+                .outcome
+                .as_ref()
+                .as_ref()
+                .ok()
+                .map(|doc| crate::normalize(kind, id, &doc.document))
+                .and_then(|m| match m.get("version") {
+                    Some(serde_json::Value::String(v)) => Some(v.clone()),
+                    Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "0.0.0".into());
+            self.remove_locks(spaces, id, &version)
+        } else {
+            Vec::new()
+        };
+        Ok(SignedFile {
+            path: path.to_owned(),
+            signature_path: path.to_owned(),
+            fingerprint: key.fingerprint().to_owned(),
+            trusted,
+            changed: true,
+            removed_lockfiles,
+        })
+    }
+
+    fn sign_component(
+        &self,
+        spaces: &Spaces,
+        path: &Path,
+        folder: &str,
+        key: &Keypair,
+    ) -> Result<SignedFile, HostError> {
+        let world = match folder {
+            "parsers" => rye_components::World::Parser,
+            "adapters" => rye_components::World::RuntimeAdapter,
+            _ => rye_components::World::Validator,
+        };
+        // Only a component that loads as its folder's world is signed.
+        self.components.load(path, world)?;
+        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let signature_path = rye_integrity::detached_path(path);
+        let trust = self.trust_store(spaces);
+        let unchanged = std::fs::read_to_string(&signature_path)
+            .ok()
+            .and_then(|text| verify_detached(&hash, &text, &trust).ok())
+            .is_some_and(|v| v.fingerprint == key.fingerprint());
+        if !unchanged {
+            write_atomically(
+                &signature_path,
+                sign_detached(&hash, key, SystemTime::now()).as_bytes(),
+            )?;
+        }
+        Ok(SignedFile {
+            path: path.to_owned(),
+            signature_path,
+            fingerprint: key.fingerprint().to_owned(),
+            trusted: trust.get(key.fingerprint()).is_some(),
+            changed: !unchanged,
+            removed_lockfiles: Vec::new(),
+        })
+    }
+
+    /// Signs every item and component of `space` (project or user).
+    /// Returns each file's outcome; one failure does not stop the others.
+    pub fn sign_all(
+        &self,
+        project: Option<&Path>,
+        space: Space,
+    ) -> Result<Vec<SignOutcome>, HostError> {
+        if space == Space::System {
+            return Err(HostError::Invalid(
+                "the system space is signed when Rye is built".into(),
+            ));
+        }
+        let spaces = self.spaces(project);
+        let root = spaces
+            .root(space)
+            .ok_or_else(|| HostError::Invalid(format!("there is no {space} space here")))?
+            .clone();
+        let key = self.signing_key()?;
+        let extractors = self.extractors(&spaces)?;
+        let mut outcomes = Vec::new();
+        for kind in ItemKind::PRIMARY {
+            let extractor = extractors.require(kind)?;
+            let dir = root.kind_dir(kind);
+            let mut files = Vec::new();
+            walk_files(&dir, &mut files);
+            for path in files {
+                let Some(id) = item_id(&dir, &path, &extractor.extensions) else {
+                    continue;
+                };
+                outcomes.push(
+                    self.sign_item(&spaces, &extractors, kind, &id, &path, space, &key)
+                        .map_err(|e| (path.clone(), e)),
+                );
+            }
+        }
+        for folder in COMPONENT_FOLDERS {
+            let mut files = Vec::new();
+            walk_files(&root.ai_dir.join(folder), &mut files);
+            for path in files
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            {
+                outcomes.push(
+                    self.sign_component(&spaces, &path, folder, &key)
+                        .map_err(|e| (path.clone(), e)),
+                );
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Checks the signature of each file, or of every file under each
+    /// folder (items, components, config files; private keys, lockfiles
+    /// and signature files are skipped), against the trust store of
+    /// `project`'s spaces.
+    pub fn verify_paths(&self, project: Option<&Path>, paths: &[PathBuf]) -> Vec<FileCheck> {
+        let spaces = self.spaces(project);
+        let trust = self.trust_store(&spaces);
+        let extractors = self.extractors(&spaces).ok();
+        let mut files = Vec::new();
+        for path in paths {
+            if path.is_dir() {
+                walk_files(path, &mut files);
+            } else {
+                files.push(path.clone());
+            }
+        }
+        files.sort();
+        files.dedup();
+        files
+            .into_iter()
+            .filter(|p| !skipped(p))
+            .map(|path| check_file(&path, &trust, extractors.as_deref()))
+            .collect()
+    }
+}
+
+/// Files `verify_paths` does not check in a folder walk.
+fn skipped(path: &Path) -> bool {
+    let text = path.to_string_lossy().replace('\\', "/");
+    text.ends_with(".sig")
+        || text.contains("/config/keys/signing/")
+        || text.contains("/lockfiles/")
+        || path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+}
+
+/// The kind of the file at `path` from the folder under `.ai/` it sits in.
+fn kind_of(path: &Path) -> Option<Result<ItemKind, &'static str>> {
+    let parts: Vec<String> = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let at = parts.iter().rposition(|p| p == ".ai")?;
+    let folder = parts.get(at + 1)?;
+    if COMPONENT_FOLDERS.contains(&folder.as_str()) {
+        return Some(Err("component"));
+    }
+    folder.parse().ok().map(Ok)
+}
+
+fn check_file(
+    path: &Path,
+    trust: &rye_integrity::TrustStore,
+    extractors: Option<&Extractors>,
+) -> FileCheck {
+    let mut check = FileCheck {
+        path: path.to_owned(),
+        status: "verified".into(),
+        fingerprint: None,
+        owner: None,
+        error: None,
+        warning: None,
+    };
+    let kind = kind_of(path).or_else(|| {
+        // A trusted-key file outside a space.
+        path.extension()
+            .is_some_and(|e| e == "toml")
+            .then_some(Ok(ItemKind::Config))
+    });
+    let verdict = match kind {
+        None => Err(IntegrityError::Malformed(
+            "not under a .ai/ item or component folder, so its kind is unknown".into(),
+        )),
+        Some(Err(_)) if path.extension().is_some_and(|e| e == "wasm") => std::fs::read(path)
+            .map_err(|e| IntegrityError::Malformed(format!("unreadable: {e}")))
+            .and_then(|bytes| {
+                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                match std::fs::read_to_string(rye_integrity::detached_path(path)) {
+                    Ok(text) => verify_detached(&hash, &text, trust),
+                    Err(_) => Err(IntegrityError::NoDetachedSignature {
+                        path: rye_integrity::detached_path(path),
+                    }),
+                }
+            }),
+        Some(Err(_)) => {
+            check.status = "skipped".into();
+            return check;
+        }
+        Some(Ok(kind)) => {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let extension = name.rfind('.').map_or("", |dot| &name[dot..]);
+            if let Some(extractor) = extractors.and_then(|e| e.get(kind))
+                && !extractor.handles(extension)
+            {
+                check.status = "skipped".into();
+                return check;
+            }
+            format_for(kind, name, &declared_formats(extractors, kind)).and_then(|format| {
+                match std::fs::read(path) {
+                    Err(e) => Err(IntegrityError::Malformed(format!("unreadable: {e}"))),
+                    Ok(bytes) => match String::from_utf8(bytes) {
+                        Ok(text) => verify_text(&text, kind, &format, trust),
+                        Err(_) => Err(IntegrityError::NotText),
+                    },
+                }
+            })
+        }
+    };
+    match verdict {
+        Ok(verified) => {
+            check.fingerprint = Some(verified.fingerprint);
+            check.owner = Some(verified.owner);
+            check.warning = verified.uncovered;
+        }
+        Err(e) if e.is_unsigned() && matches!(kind, Some(Ok(ItemKind::Config))) => {
+            check.status = "unsigned".into();
+            check.warning = Some("unsigned config file (allowed for config)".into());
+        }
+        Err(e) => {
+            check.status = e.code().into();
+            check.error = Some(e.to_string());
+        }
+    }
+    check
+}
+
+fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if file_type.is_dir() {
+            if !name.starts_with('.') && name != "__pycache__" && name != "node_modules" {
+                walk_files(&entry.path(), out);
+            }
+        } else if file_type.is_file() {
+            out.push(entry.path());
+        }
+    }
+}
+
+/// The id of the item file at `path` under the kind folder `dir`, if its
+/// extension makes it an item.
+fn item_id(dir: &Path, path: &Path, extensions: &[String]) -> Option<String> {
+    let relative = path.strip_prefix(dir).ok()?.to_str()?;
+    let relative = relative.replace(std::path::MAIN_SEPARATOR, "/");
+    extensions
+        .iter()
+        .find_map(|ext| relative.strip_suffix(ext.as_str()))
+        .filter(|id| !id.is_empty() && !id.split('/').any(|p| p.starts_with('.')))
+        .map(str::to_owned)
+}
+
+/// Replaces a file's content, keeping its permissions.
+fn write_keeping_mode(path: &Path, bytes: &[u8]) -> Result<(), HostError> {
+    let permissions = std::fs::metadata(path)
+        .map_err(|e| HostError::io(path, e))?
+        .permissions();
+    write_atomically(path, bytes)?;
+    std::fs::set_permissions(path, permissions).map_err(|e| HostError::io(path, e))
+}
