@@ -313,3 +313,89 @@ fn execute_reads_parameters_from_stdin() {
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["data"]["stdout"], "from-stdin\n");
 }
+
+const SCRIPT: &str = "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nif __name__ == '__main__':\n    print(json.dumps({'hi': 1}))\n";
+
+#[test]
+fn keys_sign_execute_and_verify_from_the_command_line() {
+    let env = Env::new();
+    let made = env.ok(&["keys", "generate"]);
+    let keys = env.home.path().join(".ai/config/keys/signing");
+    assert!(made.contains(&keys.display().to_string()), "{made}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(keys.join("private_key.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let again = env.fail(&["keys", "generate"]);
+    assert!(again.contains("already exists"), "{again}");
+    env.ok(&["keys", "trust"]);
+
+    let tool = env.write(".ai/tools/demo/hi.py", SCRIPT);
+    let out = env.rye(&["execute", "tool", "demo/hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["error_type"], "integrity", "{result:#}");
+    assert!(result["error"].as_str().unwrap().contains("unsigned"));
+
+    let signed = env.ok(&["sign", "tool", "demo/hi"]);
+    assert!(signed.starts_with("signed"), "{signed}");
+    let ran: Value = serde_json::from_str(&env.ok(&["execute", "tool", "demo/hi"])).unwrap();
+    assert_eq!(ran["data"], serde_json::json!({"hi": 1}), "{ran:#}");
+    assert!(env.ok(&["sign", "--all"]).contains("unchanged"));
+    let show = env.json(&["keys", "show"]);
+    let mine = show["signing_key"]["fingerprint"].as_str().unwrap();
+    assert!(
+        show["trusted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["fingerprint"] == mine),
+        "{show:#}"
+    );
+
+    let verified = env.ok(&["verify", ".ai"]);
+    assert!(verified.contains("1 verified, 0 failed"), "{verified}");
+    let text = std::fs::read_to_string(&tool)
+        .unwrap()
+        .replace("'hi': 1", "'hi': 2");
+    std::fs::write(&tool, text).unwrap();
+    let out = env.rye(&["verify", ".ai"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        report.contains("FAIL") && report.contains("demo/hi.py") && report.contains("modified"),
+        "{report}"
+    );
+}
+
+#[test]
+fn verify_checks_files_signed_by_the_original_system() {
+    let env = Env::new();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/signing/original")
+        .canonicalize()
+        .unwrap();
+    let toml = std::fs::read_dir(fixture.join("trusted"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let ai = fixture.join(".ai");
+    let report = env.ok(&[
+        "verify",
+        "--trusted-key",
+        toml.to_str().unwrap(),
+        ai.to_str().unwrap(),
+    ]);
+    assert!(report.contains("5 verified, 0 failed"), "{report}");
+    assert!(report.contains("github-ci"), "{report}");
+    let out = env.rye(&["verify", ai.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("untrusted key"));
+}
