@@ -425,6 +425,7 @@ impl Rye {
                 .map(|r| (space_of(r.space), r.ai_dir.join("config")))
                 .collect::<HashMap<_, _>>(),
             log,
+            trust: self.integrity.policy.enforce.then_some(trust),
         };
         let request = PlanRequest {
             chain: chain

@@ -24,6 +24,9 @@ pub(crate) struct HostServices {
     pub config_dirs: HashMap<PluginSpace, PathBuf>,
     /// Every answer, for the trace.
     pub log: Arc<Mutex<Vec<Value>>>,
+    /// Config files may be unsigned, but one that carries a signature must
+    /// verify against this store (`None`: verification is off).
+    pub trust: Option<Arc<rye_integrity::TrustStore>>,
 }
 
 impl HostServices {
@@ -76,10 +79,33 @@ impl AdapterServices for HostServices {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("{}: {e}", file.display())),
         };
-        self.record(
-            json!({"step": "read_config", "space": space, "path": file, "found": text.is_some()}),
-        );
+        let signature = match (&text, &self.trust) {
+            (Some(text), Some(trust)) => config_signature(&file, text, trust)?,
+            _ => Value::Null,
+        };
+        self.record(json!({"step": "read_config", "space": space, "path": file, "found": text.is_some(), "signature": signature}));
         Ok(text)
+    }
+}
+
+/// How a config file's signature stands: unsigned is allowed (config files
+/// are often edited by hand), a signature that does not verify is not.
+fn config_signature(
+    file: &Path,
+    text: &str,
+    trust: &rye_integrity::TrustStore,
+) -> Result<Value, String> {
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let Ok(format) = rye_integrity::format_for(rye_space::ItemKind::Config, name, &[]) else {
+        return Ok(json!("unsigned"));
+    };
+    match rye_integrity::verify_text(text, rye_space::ItemKind::Config, &format, trust) {
+        Ok(verified) => Ok(json!({"status": "verified", "fingerprint": verified.fingerprint})),
+        Err(e) if e.is_unsigned() => Ok(json!("unsigned")),
+        Err(e) => Err(format!("{}: {e}", file.display())),
     }
 }
 

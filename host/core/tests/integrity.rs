@@ -471,3 +471,44 @@ fn signatures_made_by_the_original_system_verify_by_its_rule() {
     flip_byte(&greet, "Greet someone", "Greet SOMEONE");
     assert_eq!(rye.verify_paths(None, &[greet])[0].status, "modified");
 }
+
+#[test]
+fn config_files_may_be_unsigned_but_not_tampered() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    write(
+        p,
+        ".ai/tools/demo/configured.py",
+        "__executor_id__ = 'rye/core/runtimes/python/script'\n\
+         CONFIG_RESOLVE = {'path': 'demo/settings.yaml', 'mode': 'first_match'}\nimport json, sys\n\
+         if __name__ == '__main__':\n    print(json.dumps(json.load(sys.stdin)['resolved_config']))\n",
+    );
+    let settings = write_unsigned(p, ".ai/config/demo/settings.yaml", "level: 1\n");
+    let rye = host(common::config(user.path(), None));
+    assert_eq!(
+        tool(&rye, p, "demo/configured")["data"],
+        json!({"level": 1})
+    );
+
+    let format = rye_integrity::format_for(ItemKind::Config, "settings.yaml", &[]).unwrap();
+    let signed = rye_integrity::sign_text(
+        "level: 1\n",
+        &format,
+        test_key(),
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    std::fs::write(&settings, signed).unwrap();
+    assert_eq!(
+        tool(&rye, p, "demo/configured")["data"],
+        json!({"level": 1})
+    );
+    flip_byte(&settings, "level: 1", "level: 9");
+    let result = tool(&rye, p, "demo/configured");
+    assert_eq!(result["status"], "error");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("settings.yaml") && error.contains("content modified since signing"),
+        "{error}"
+    );
+}
