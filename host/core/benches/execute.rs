@@ -156,21 +156,78 @@ fn main() {
         runtime.block_on(unverified.execute(&request))["status"],
         "success"
     );
+    // Chain and plan alone (no process), verification on and off.
+    for (name, verified) in [("on", &rye), ("off", &unverified)] {
+        let chain: Vec<Duration> = (0..2000)
+            .map(|_| {
+                let started = Instant::now();
+                verified.chain(Some(p), "rye/bash/bash").unwrap();
+                started.elapsed()
+            })
+            .collect();
+        let plan: Vec<Duration> = (0..500)
+            .map(|_| {
+                let started = Instant::now();
+                verified
+                    .plan(Some(p), "rye/bash/bash", json!({"command": "echo hello"}))
+                    .unwrap();
+                started.elapsed()
+            })
+            .collect();
+        let dry = ExecuteRequest {
+            dry_run: true,
+            ..request.clone()
+        };
+        let dry_runs: Vec<Duration> = (0..500)
+            .map(|_| {
+                let started = Instant::now();
+                runtime.block_on(verified.execute(&dry));
+                started.elapsed()
+            })
+            .collect();
+        println!(
+            "{:<62} median {:>9.1?}  plan {:>9.1?}  dry run {:>9.1?}",
+            format!("rye/bash/bash warm chain, verification {name}"),
+            median(chain),
+            median(plan),
+            median(dry_runs)
+        );
+    }
     let (mut host_times, mut raw_times, mut off_times) = (Vec::new(), Vec::new(), Vec::new());
+    // The host's own share of each execution: its whole time less the
+    // child process's, free of the spawn's noise.
+    let (mut own_on, mut own_off) = (Vec::new(), Vec::new());
+    let own = |elapsed: Duration, result: &serde_json::Value| {
+        elapsed.saturating_sub(Duration::from_micros(
+            result["metadata"]["process_us"].as_u64().unwrap(),
+        ))
+    };
     let mut parts: [Vec<u64>; 3] = Default::default();
-    for _ in 0..300 {
-        let started = Instant::now();
-        let result = runtime.block_on(rye.execute(&request));
-        host_times.push(started.elapsed());
-        assert_eq!(result["status"], "success");
-        for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
-            parts[i].push(result["metadata"][key].as_u64().unwrap());
+    for round in 0..300 {
+        // Alternate which host goes first, so neither always follows the
+        // raw spawn's exiting child.
+        let order: [bool; 2] = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for verified in order {
+            let host = if verified { &rye } else { &unverified };
+            let started = Instant::now();
+            let result = runtime.block_on(host.execute(&request));
+            let elapsed = started.elapsed();
+            assert_eq!(result["status"], "success");
+            if verified {
+                host_times.push(elapsed);
+                own_on.push(own(elapsed, &result));
+                for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
+                    parts[i].push(result["metadata"][key].as_u64().unwrap());
+                }
+            } else {
+                off_times.push(elapsed);
+                own_off.push(own(elapsed, &result));
+            }
         }
-
-        let started = Instant::now();
-        let result = runtime.block_on(unverified.execute(&request));
-        off_times.push(started.elapsed());
-        assert_eq!(result["status"], "success");
 
         let started = Instant::now();
         let out = runtime
@@ -229,5 +286,13 @@ fn main() {
         on,
         off,
         on.as_secs_f64() / off.as_secs_f64()
+    );
+    let (own_on, own_off) = (median(own_on), median(own_off));
+    println!(
+        "{:<62} {:>9.1?} vs {:>9.1?}  on/off {:.2}",
+        "host's own time per execute (less the child), on vs off",
+        own_on,
+        own_off,
+        own_on.as_secs_f64() / own_off.as_secs_f64()
     );
 }

@@ -195,18 +195,19 @@ impl Rye {
     ) -> Result<Chain, HostError> {
         let spaces = self.spaces(project);
         let extractors = self.extractors(&spaces)?;
-        self.build_chain(&spaces, &extractors, tool_id)
+        let trust = self.trust_store(&spaces);
+        self.build_chain(&spaces, &extractors, &trust, tool_id)
     }
 
     pub(crate) fn build_chain(
         &self,
         spaces: &Spaces,
         extractors: &Extractors,
+        trust: &Arc<TrustStore>,
         tool_id: &str,
     ) -> Result<Chain, HostError> {
         let extensions = &extractors.require(ItemKind::Tool)?.extensions;
-        let mut parsers = ParserLookup::default();
-        let trust = self.trust_store(spaces);
+        let mut parsers = ParserLookup::with_trust(trust.clone());
         let mut elements: Vec<ChainElement> = Vec::new();
         let mut current = canonical(tool_id).to_owned();
         let mut within = reachable(Space::Project);
@@ -273,7 +274,7 @@ impl Rye {
             };
 
             let element =
-                self.element(spaces, extractors, &trust, &mut parsers, &resolved, stamp)?;
+                self.element(spaces, extractors, trust, &mut parsers, &resolved, stamp)?;
             let next = match element.metadata.get("executor_id") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(next)) => Some(canonical(next).to_owned()),

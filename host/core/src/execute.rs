@@ -21,6 +21,7 @@ use std::time::Instant;
 use rye_components::{
     ComponentError, PlanElement, PlanRequest, PlannedProcess, PluginSpace, World,
 };
+use rye_integrity::TrustStore;
 use rye_process::{Capture, Outcome, Plan};
 use rye_space::{ItemKind, Space, Spaces};
 use serde_json::{Map, Value, json};
@@ -130,9 +131,10 @@ impl Rye {
     async fn execute_tool(self: &Arc<Self>, request: &ExecuteRequest, started: Instant) -> Value {
         let mut trace = Vec::new();
         let spaces = self.spaces(request.project.as_deref());
+        let trust = self.trust_store(&spaces);
         let built = self
             .extractors(&spaces)
-            .and_then(|extractors| self.build_chain(&spaces, &extractors, &request.id));
+            .and_then(|extractors| self.build_chain(&spaces, &extractors, &trust, &request.id));
         let chain = match built {
             Ok(chain) => chain,
             Err(e) => return failure(ItemKind::Tool, &request.id, &e, started),
@@ -195,6 +197,7 @@ impl Rye {
             let planned = blocking(|| {
                 self.plan_chain(
                     &spaces,
+                    &trust,
                     &chain,
                     request.project.as_deref(),
                     request.parameters.clone(),
@@ -235,7 +238,6 @@ impl Rye {
             .find(|(step, detail)| step == "anchor" && detail["active"] == true)
             .and_then(|(_, detail)| detail["anchor_path"].as_str())
             .map(PathBuf::from);
-        let trust = self.trust_store(&spaces);
         match self.verify_deps(&trust, &chain, anchor.as_deref()) {
             Ok(deps) => {
                 if let Some(anchor) = &anchor {
@@ -336,9 +338,11 @@ impl Rye {
     ) -> Result<(Chain, PlannedProcess, Vec<Value>), HostError> {
         let spaces = self.spaces(project);
         let extractors = self.extractors(&spaces)?;
-        let chain = self.build_chain(&spaces, &extractors, tool_id)?;
+        let trust = self.trust_store(&spaces);
+        let chain = self.build_chain(&spaces, &extractors, &trust, tool_id)?;
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (_, _, plan) = self.plan_chain(&spaces, &chain, project, parameters, log.clone())?;
+        let (_, _, plan) =
+            self.plan_chain(&spaces, &trust, &chain, project, parameters, log.clone())?;
         let answers = std::mem::take(&mut *log.lock().expect("trace log lock"));
         Ok((chain, plan, answers))
     }
@@ -347,6 +351,7 @@ impl Rye {
     fn plan_chain(
         &self,
         spaces: &Spaces,
+        trust: &Arc<TrustStore>,
         chain: &Chain,
         project: Option<&Path>,
         parameters: Value,
@@ -359,9 +364,8 @@ impl Rye {
                 .map(|a| (e, a))
         });
         let name = named.map_or(STANDARD_ADAPTER, |(_, name)| name);
-        let trust = self.trust_store(spaces);
         let found =
-            match self.find_component(spaces, &trust, "adapters", name, World::RuntimeAdapter)? {
+            match self.find_component(spaces, trust, "adapters", name, World::RuntimeAdapter)? {
                 Ok(found) => found,
                 Err(searched) => {
                     return Err(HostError::Invalid(format!(
@@ -425,7 +429,7 @@ impl Rye {
                 .map(|r| (space_of(r.space), r.ai_dir.join("config")))
                 .collect::<HashMap<_, _>>(),
             log,
-            trust: self.integrity.policy.enforce.then_some(trust),
+            trust: self.integrity.policy.enforce.then(|| trust.clone()),
         };
         let request = PlanRequest {
             chain: chain

@@ -113,7 +113,15 @@ struct ComponentKey {
 type Verdict = Result<Verified, IntegrityError>;
 
 /// Trust stores by their folders, with the stamps they were read at.
-type TrustCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<TrustStore>)>;
+type TrustCache = HashMap<Vec<PathBuf>, TrustEntry>;
+
+struct TrustEntry {
+    /// The trusted-key files read, and the stamps of the folders then
+    /// those files.
+    files: Vec<PathBuf>,
+    stamps: Vec<Option<FileStamp>>,
+    store: Arc<TrustStore>,
+}
 
 pub(crate) struct IntegrityState {
     pub(crate) policy: IntegrityPolicy,
@@ -123,7 +131,11 @@ pub(crate) struct IntegrityState {
     verdicts: std::sync::Mutex<Generational<VerdictKey, Verdict>>,
     components: std::sync::Mutex<Generational<ComponentKey, Verdict>>,
     hashes: std::sync::Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
+    /// Lockfiles read, by path, with the stamp they were read at.
+    pub(crate) locks: std::sync::Mutex<LockCache>,
 }
+
+pub(crate) type LockCache = HashMap<PathBuf, (FileStamp, Option<Arc<serde_json::Value>>)>;
 
 impl IntegrityState {
     pub(crate) fn new(policy: IntegrityPolicy, given: Vec<(PublicKey, String)>) -> Self {
@@ -135,6 +147,7 @@ impl IntegrityState {
             verdicts: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
             components: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
             hashes: Default::default(),
+            locks: Default::default(),
         }
     }
 }
@@ -207,10 +220,10 @@ impl Rye {
             .map(|r| r.ai_dir.join(TRUSTED_DIR))
             .collect();
         let mut cache = self.integrity.trust.lock().expect("trust cache lock");
-        if let Some((stamps, store)) = cache.get(&dirs)
-            && *stamps == trust_stamps(&dirs, &files_read(store))
+        if let Some(entry) = cache.get(&dirs)
+            && entry.stamps == trust_stamps(&dirs, &entry.files)
         {
-            return store.clone();
+            return entry.store.clone();
         }
         let files = trusted_files(&dirs);
         let stamps = trust_stamps(&dirs, &files);
@@ -234,7 +247,14 @@ impl Rye {
         } else {
             trust_stamps(&dirs, &read)
         };
-        cache.insert(dirs, (stamps, store.clone()));
+        cache.insert(
+            dirs,
+            TrustEntry {
+                files: read,
+                stamps,
+                store: store.clone(),
+            },
+        );
         store
     }
 

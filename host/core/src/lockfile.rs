@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rye_space::{Space, Spaces};
+use std::sync::Arc;
+
+use rye_space::{FileStamp, Space, Spaces};
 use serde_json::{Value, json};
 
 use crate::{Chain, ChainElement, HostError, Rye};
@@ -125,14 +127,7 @@ impl Rye {
         let name = file_name(chain.tool());
         let Some((path, locked)) = spaces.roots().iter().find_map(|root| {
             let path = root.ai_dir.join(LOCKFILES_DIR).join(&name);
-            let text = std::fs::read_to_string(&path).ok()?;
-            match serde_json::from_str::<Value>(&text) {
-                Ok(doc) if is_lockfile(&doc) => Some((path, doc)),
-                _ => {
-                    tracing::warn!("ignoring {}: not a lockfile", path.display());
-                    None
-                }
-            }
+            self.read_lock(&path).map(|doc| (path, doc))
         }) else {
             return Ok(LockState::Absent);
         };
@@ -211,6 +206,28 @@ impl Rye {
             }
         }
         Ok(LockState::Used(path))
+    }
+
+    /// The lockfile at `path`, parsed; re-read only when the file changed.
+    /// A file that is not a lockfile counts as none.
+    fn read_lock(&self, path: &Path) -> Option<Arc<Value>> {
+        let stamp = FileStamp::read(path).ok()?;
+        let mut cache = self.integrity.locks.lock().expect("lockfile cache lock");
+        if let Some((known, doc)) = cache.get(path)
+            && *known == stamp
+        {
+            return doc.clone();
+        }
+        let doc = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .filter(is_lockfile)
+            .map(Arc::new);
+        if doc.is_none() {
+            tracing::warn!("ignoring {}: not a lockfile", path.display());
+        }
+        cache.insert(path.to_owned(), (stamp, doc.clone()));
+        doc
     }
 
     /// Writes the lockfile of `chain` (replacing any) into the project

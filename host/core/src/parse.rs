@@ -270,6 +270,14 @@ pub(crate) struct ParserLookup {
 }
 
 impl ParserLookup {
+    /// A lookup that verifies parsers against `trust`.
+    pub(crate) fn with_trust(trust: Arc<TrustStore>) -> Self {
+        Self {
+            trust: Some(trust),
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn for_file(
         &mut self,
         rye: &Rye,
