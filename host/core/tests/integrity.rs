@@ -465,7 +465,7 @@ fn signatures_made_by_the_original_system_verify_by_its_rule() {
     std::fs::copy(fixture.join(".ai/directives/demo/greet.md"), &greet).unwrap();
     flip_byte(&greet, "unsigned", "UNSIGNED");
     assert_eq!(
-        rye.verify_paths(None, &[greet.clone()])[0].status,
+        rye.verify_paths(None, std::slice::from_ref(&greet))[0].status,
         "verified"
     );
     flip_byte(&greet, "Greet someone", "Greet SOMEONE");
