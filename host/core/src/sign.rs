@@ -249,11 +249,10 @@ impl Rye {
                 parsed.parser
             )));
         }
-        let trust = self.trust_store(spaces);
-        let already = verify_text(&parsed.content, kind, &format, &trust)
+        let trusted = self.trust_store(spaces).get(key.fingerprint()).is_some();
+        let already = verify_text(&parsed.content, kind, &format, &only(key))
             .ok()
-            .filter(|v| v.fingerprint == key.fingerprint() && v.uncovered.is_none());
-        let trusted = trust.get(key.fingerprint()).is_some();
+            .filter(|v| v.uncovered.is_none());
         if already.is_some() {
             return Ok(SignedFile {
                 path: path.to_owned(),
@@ -319,8 +318,7 @@ impl Rye {
         let trust = self.trust_store(spaces);
         let unchanged = std::fs::read_to_string(&signature_path)
             .ok()
-            .and_then(|text| verify_detached(&hash, &text, &trust).ok())
-            .is_some_and(|v| v.fingerprint == key.fingerprint());
+            .is_some_and(|text| verify_detached(&hash, &text, &only(key)).is_ok());
         if !unchanged {
             write_atomically(
                 &signature_path,
@@ -337,8 +335,10 @@ impl Rye {
         })
     }
 
-    /// Signs every item and component of `space` (project or user).
-    /// Returns each file's outcome; one failure does not stop the others.
+    /// Signs every item and component of `space` (project or user), but
+    /// not plain JSON data beside tools (no `executor_id`; a signature
+    /// line would stop it being JSON). Returns each file's outcome; one
+    /// failure does not stop the others.
     pub fn sign_all(
         &self,
         project: Option<&Path>,
@@ -362,10 +362,16 @@ impl Rye {
             let dir = root.kind_dir(kind);
             let mut files = Vec::new();
             walk_files(&dir, &mut files);
+            files.sort();
             for path in files {
                 let Some(id) = item_id(&dir, &path, &extractor.extensions) else {
                     continue;
                 };
+                if kind == ItemKind::Tool && is_json_data(&path) {
+                    // package.json and other data beside tools: a signature
+                    // line would stop them being JSON.
+                    continue;
+                }
                 outcomes.push(
                     self.sign_item(&spaces, &extractors, kind, &id, &path, space, &key)
                         .map_err(|e| (path.clone(), e)),
@@ -375,6 +381,7 @@ impl Rye {
         for folder in COMPONENT_FOLDERS {
             let mut files = Vec::new();
             walk_files(&root.ai_dir.join(folder), &mut files);
+            files.sort();
             for path in files
                 .into_iter()
                 .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
@@ -412,6 +419,13 @@ impl Rye {
             .map(|path| check_file(&path, &trust, extractors.as_deref()))
             .collect()
     }
+}
+
+/// A trust store of `key` alone: "already signed by this key?"
+fn only(key: &Keypair) -> rye_integrity::TrustStore {
+    rye_integrity::TrustStore::builder()
+        .anchor(key.public().clone(), "signer")
+        .build()
 }
 
 /// Files `verify_paths` does not check in a folder walk.
@@ -484,7 +498,7 @@ fn check_file(
                 .unwrap_or_default();
             let extension = name.rfind('.').map_or("", |dot| &name[dot..]);
             if let Some(extractor) = extractors.and_then(|e| e.get(kind))
-                && !extractor.handles(extension)
+                && (!extractor.handles(extension) || (kind == ItemKind::Tool && is_json_data(path)))
             {
                 check.status = "skipped".into();
                 return check;
@@ -548,6 +562,16 @@ fn item_id(dir: &Path, path: &Path, extensions: &[String]) -> Option<String> {
         .find_map(|ext| relative.strip_suffix(ext.as_str()))
         .filter(|id| !id.is_empty() && !id.split('/').any(|p| p.starts_with('.')))
         .map(str::to_owned)
+}
+
+/// A `.json` file under the tools folder that is plain JSON without an
+/// `executor_id`: data (a `package.json`, say), not a tool.
+fn is_json_data(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+        && std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .is_some_and(|v| v.get("executor_id").is_none())
 }
 
 /// Replaces a file's content, keeping its permissions.

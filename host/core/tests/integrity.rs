@@ -512,3 +512,70 @@ fn config_files_may_be_unsigned_but_not_tampered() {
         "{error}"
     );
 }
+
+#[test]
+fn signing_a_whole_space_leaves_json_data_alone() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    write_unsigned(
+        p,
+        ".ai/tools/web/page/page.js",
+        "export const __executor_id__ = 'rye/core/runtimes/node/node';\n",
+    );
+    let package = write_unsigned(
+        p,
+        ".ai/tools/web/page/package.json",
+        "{\"name\": \"page\"}\n",
+    );
+    write_unsigned(p, ".ai/tools/demo/script.py", SCRIPT);
+    common::copy_signed(
+        artifacts::TOML_PARSER,
+        &p.join(".ai/parsers/toml/toml.wasm"),
+    );
+    std::fs::remove_file(rye_integrity::detached_path(
+        &p.join(".ai/parsers/toml/toml.wasm"),
+    ))
+    .unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    Keypair::generate().unwrap().save(keys.path()).unwrap();
+    let mut config = common::config(user.path(), None);
+    config.signing_key_dir = Some(keys.path().to_owned());
+    let rye = host(config);
+
+    let outcomes = rye.sign_all(Some(p), Space::Project).unwrap();
+    let signed: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            o.as_ref()
+                .unwrap()
+                .path
+                .strip_prefix(p)
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        signed,
+        [
+            ".ai/tools/demo/script.py",
+            ".ai/tools/web/page/page.js",
+            ".ai/parsers/toml/toml.wasm"
+        ],
+        "{outcomes:#?}"
+    );
+    assert!(
+        !outcomes[0].as_ref().unwrap().trusted,
+        "the new key is not trusted yet"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&package).unwrap(),
+        "{\"name\": \"page\"}\n"
+    );
+    assert!(p.join(".ai/parsers/toml/toml.wasm.sig").is_file());
+    let again = rye.sign_all(Some(p), Space::Project).unwrap();
+    assert!(
+        again.iter().all(|o| !o.as_ref().unwrap().changed),
+        "{again:#?}"
+    );
+}
