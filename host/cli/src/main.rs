@@ -101,6 +101,9 @@ enum Command {
         #[arg(long)]
         trace: bool,
     },
+    /// Serve MCP (the tools execute, search, load and sign) on stdin and
+    /// stdout. Logs go to stderr (level by RYE_LOG).
+    Serve,
     /// Make, show and trust signing keys.
     Keys {
         #[command(subcommand)]
@@ -175,7 +178,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RYE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "warn,rmcp=error".into()),
         )
         .init();
     match run(cli) {
@@ -212,8 +215,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut config = RyeConfig::from_env()?;
     // One command per process: watching trees would cost more (the kernel
-    // tears the watches down at exit) than it could save.
-    config.watch = false;
+    // tears the watches down at exit) than it could save. A server keeps
+    // its watches.
+    config.watch = matches!(cli.command, Command::Serve);
     if cli.allow_unsigned_project {
         config.integrity.allow_unsigned_project = true;
     }
@@ -309,6 +313,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if result["status"] == "error" {
                 return Err(Failed.into());
             }
+        }
+        Command::Serve => {
+            drop(out);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
+            runtime.block_on(rye_mcp::serve_stdio(server))?;
+            return Ok(());
         }
         Command::Keys { action } => keys(
             &rye,

@@ -1,0 +1,278 @@
+//! `rye serve` driven over stdio by real MCP clients: the Rust SDK's client
+//! here, and the Python `mcp` package through tests/mcp/client.py.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+struct Env {
+    project: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        Self {
+            project: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cache() -> PathBuf {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache")
+    }
+
+    fn configure(&self, command: &mut Command) {
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("RYE_CACHE_DIR", Self::cache())
+            .env("RYE_LOG", "warn")
+            .current_dir(self.project.path());
+    }
+
+    /// `rye` run once (for keys and setup).
+    fn rye(&self, args: &[&str]) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        self.configure(&mut command);
+        let out = command.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "rye {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn client(&self) -> RunningService<RoleClient, ()> {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+        command
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("RYE_CACHE_DIR", Self::cache())
+            .env("RYE_LOG", "warn")
+            .current_dir(self.project.path());
+        ().serve(TokioChildProcess::new(command).unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn project(&self) -> String {
+        self.project.path().display().to_string()
+    }
+}
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                == Some("Z")
+        }
+    }
+}
+
+#[test]
+fn the_rust_client_sees_four_tools_results_and_errors() {
+    let env = Env::new();
+    runtime().block_on(async {
+        let client = env.client().await;
+        let info = client.peer_info().unwrap();
+        assert_eq!(info.server_info.as_ref().unwrap().name, "rye");
+        let tools = client.list_tools(None).await.unwrap().tools;
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, ["execute", "search", "load", "sign"]);
+        for tool in &tools {
+            assert_eq!(tool.input_schema["type"], "object");
+            let required = tool.input_schema["required"].as_array().unwrap();
+            assert!(required.contains(&json!("project_path")), "{}", tool.name);
+        }
+
+        let ran = client
+            .call_tool(call("execute", json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": "echo hi"}})))
+            .await
+            .unwrap();
+        assert_eq!(ran.is_error, Some(false));
+        let data = ran.structured_content.unwrap();
+        assert_eq!(data["data"]["stdout"], "hi\n", "{data:#}");
+
+        let missing = client
+            .call_tool(call("execute", json!({"item_type": "tool", "item_id": "no/such/tool", "project_path": env.project()})))
+            .await
+            .unwrap();
+        assert_eq!(missing.is_error, Some(true));
+
+        for (arguments, needle) in [
+            (json!({"item_type": "tool", "project_path": env.project()}), "item_id"),
+            (json!({"item_type": "gadget", "item_id": "x", "project_path": env.project()}), "gadget"),
+            (json!({"item_type": "tool", "item_id": "x", "project_path": env.project(), "parameters": [1]}), "parameters must be an object"),
+            (json!({"item_type": "tool", "item_id": "x", "project_path": env.project(), "colour": "red"}), "colour"),
+        ] {
+            let error = client.call_tool(call("execute", arguments)).await.unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains("-32602") || text.to_lowercase().contains("invalid"), "{text}");
+            assert!(text.contains(needle), "{needle} not in {text}");
+        }
+        let unknown = client.call_tool(call("explode", json!({}))).await.unwrap_err();
+        assert!(unknown.to_string().contains("explode"), "{unknown}");
+
+        // The server keeps serving after all of that.
+        let found = client
+            .call_tool(call("search", json!({"scope": "knowledge", "query": "spaces", "project_path": env.project()})))
+            .await
+            .unwrap();
+        let ids: Vec<String> = found.structured_content.unwrap()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(ids.contains(&"rye/core/spaces".to_owned()), "{ids:?}");
+        client.cancel().await.unwrap();
+    });
+}
+
+#[test]
+fn cancelling_an_execute_kills_the_sleeping_tool() {
+    let env = Env::new();
+    let pidfile = env.project.path().join("sleeper.pid");
+    runtime().block_on(async {
+        let client = env.client().await;
+        let command = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+        let handle = client
+            .peer()
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(call(
+                    "execute",
+                    json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": command}}),
+                ))),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .unwrap();
+        let pid = wait_for_pid(&pidfile).await;
+        assert!(!dead(pid));
+        handle.cancel(Some("the test is done waiting".into())).await.unwrap();
+        for _ in 0..200 {
+            if dead(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(dead(pid), "the tool outlived its cancelled call");
+
+        // The same session still answers.
+        let ran = client
+            .call_tool(call("execute", json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": "echo after"}})))
+            .await
+            .unwrap();
+        assert_eq!(ran.structured_content.unwrap()["data"]["stdout"], "after\n");
+        client.cancel().await.unwrap();
+    });
+}
+
+async fn wait_for_pid(path: &Path) -> u32 {
+    for _ in 0..500 {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the tool never started")
+}
+
+/// A Python interpreter with the `mcp` package: `RYE_TEST_MCP_PYTHON`
+/// (`.ci/run` sets it), else a virtual environment made under the target
+/// folder on first use. `None` when there is no Python at all.
+fn mcp_python() -> Option<PathBuf> {
+    if let Some(python) = std::env::var_os("RYE_TEST_MCP_PYTHON") {
+        return Some(PathBuf::from(python));
+    }
+    let python3 = Command::new("python3").arg("--version").output();
+    if !python3.is_ok_and(|o| o.status.success()) {
+        return None;
+    }
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let python = venv.join("bin/python");
+    let has_mcp = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has_mcp(&python) {
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv {} failed", venv.display());
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "mcp>=1.30,<2"])
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install mcp failed");
+    }
+    Some(python)
+}
+
+#[test]
+fn the_python_mcp_client_drives_rye_serve() {
+    let Some(python) = mcp_python() else {
+        eprintln!("SKIPPED the Python MCP client checks: no python3 on this machine");
+        return;
+    };
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let tool = env.project.path().join(".ai/tools/demo/hello.py");
+    std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+    std::fs::write(
+        &tool,
+        "__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nif __name__ == '__main__':\n    print(json.dumps({'hello': 'mcp'}))\n",
+    )
+    .unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/client.py");
+    let mut command = Command::new(python);
+    env.configure(&mut command);
+    let out = command
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_rye"))
+        .arg(env.project.path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && report.contains("all checks passed"),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

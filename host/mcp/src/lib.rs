@@ -1,0 +1,281 @@
+//! Rye as an MCP server: the tools `execute`, `search`, `load` and `sign`
+//! (input schemas as the original system's), each answering with its result
+//! as JSON text and as structured content.
+//!
+//! A failed item (a tool that exits non-zero, a refused signature, an item
+//! not found) is a tool result with `isError`; only arguments that do not
+//! fit the schema are a protocol error (invalid params). One server serves
+//! any number of projects: each call names its `project_path`, and the
+//! host's caches and compiled components are shared by all of them.
+//! Nothing but JSON-RPC goes to stdout: logs go to stderr, components'
+//! output is discarded and tools' output captured.
+//!
+//! ```no_run
+//! # async fn run() -> anyhow::Result<()> {
+//! use std::sync::Arc;
+//! let rye = Arc::new(rye_host::Rye::new(rye_host::RyeConfig::from_env()?)?);
+//! rye_mcp::serve_stdio(rye_mcp::RyeServer::new(rye)).await
+//! # }
+//! ```
+
+mod args;
+mod schema;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use rye_host::{ExecuteRequest, LoadRequest, Rye, SearchRequest, SourceFilter, Space};
+use serde_json::{Value, json};
+
+pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
+
+/// How often a long `execute` reports progress to a client that asked.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// The MCP server over one host.
+#[derive(Clone)]
+pub struct RyeServer {
+    rye: Arc<Rye>,
+}
+
+impl RyeServer {
+    pub fn new(rye: Arc<Rye>) -> Self {
+        Self { rye }
+    }
+
+    /// The four tools, in the original order.
+    pub fn tools() -> Vec<Tool> {
+        schema::tools()
+    }
+
+    async fn execute(&self, args: ExecuteArgs, context: &RequestContext<RoleServer>) -> Value {
+        if let Some(refusal) = args.unsupported_mode() {
+            return json!({"status": "error", "item_id": args.item_id, "error": refusal});
+        }
+        let request = ExecuteRequest {
+            parameters: args.parameters.clone().unwrap_or_else(|| json!({})),
+            project: Some(PathBuf::from(&args.project_path)),
+            dry_run: args.dry_run,
+            ..ExecuteRequest::new(args.item_type, args.item_id.clone())
+        };
+        let started = Instant::now();
+        let token = context.meta.get_progress_token();
+        let run = self.rye.execute(&request);
+        tokio::pin!(run);
+        let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut run => return result,
+                () = context.ct.cancelled() => {
+                    // Dropping the run kills its process group.
+                    return json!({
+                        "status": "error",
+                        "item_id": args.item_id,
+                        "error": "cancelled by the client; the tool's processes were killed",
+                    });
+                }
+                _ = ticks.tick(), if token.is_some() => {
+                    let token = token.clone().expect("guarded");
+                    let seconds = started.elapsed().as_secs_f64();
+                    let _ = context
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(token, seconds)
+                                .with_message(format!("{} running for {seconds:.0} s", args.item_id)),
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Runs blocking host work (parsing, signing) off the reactor.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Rye) -> T + Send + 'static,
+    ) -> Result<T, McpError> {
+        let rye = self.rye.clone();
+        tokio::task::spawn_blocking(move || work(&rye))
+            .await
+            .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None))
+    }
+
+    async fn search(&self, args: SearchArgs) -> Result<Value, McpError> {
+        let source = SourceFilter::parse(&args.source).map_err(|e| invalid(&e.to_string()))?;
+        let request = SearchRequest {
+            scope: args.scope,
+            query: args.query,
+            source,
+            limit: args.limit,
+            offset: args.offset,
+            project: Some(PathBuf::from(args.project_path)),
+        };
+        self.blocking(move |rye| match rye.search(&request) {
+            Ok(response) => serde_json::to_value(response).unwrap_or_default(),
+            Err(e) => json!({"status": "error", "error": e.to_string(), "query": request.query}),
+        })
+        .await
+    }
+
+    async fn load(&self, args: LoadArgs) -> Result<Value, McpError> {
+        let request = LoadRequest {
+            source: args.source,
+            destination: args.destination,
+            force: args.force,
+            project: Some(PathBuf::from(&args.project_path)),
+            ..LoadRequest::new(args.item_type, args.item_id.clone())
+        };
+        self.blocking(move |rye| match rye.load(&request) {
+            Ok(loaded) => serde_json::to_value(loaded).unwrap_or_default(),
+            Err(e) => json!({
+                "status": "error",
+                "error": e.to_string(),
+                "error_type": e.error_type(),
+                "item_type": request.kind,
+                "item_id": request.id,
+            }),
+        })
+        .await
+    }
+
+    async fn sign(&self, args: SignArgs) -> Result<Value, McpError> {
+        let what: rye_host::Signable = args
+            .item_type
+            .parse()
+            .map_err(|e: rye_host::HostError| invalid(&e.to_string()))?;
+        let project = PathBuf::from(&args.project_path);
+        let space = args.source;
+        self.blocking(move |rye| {
+            if space == Space::System {
+                return json!({"status": "error", "error": "System space items are immutable and cannot be signed. Copy them to the project or user space first."});
+            }
+            if args.item_id == "*" {
+                return match rye.sign_all(Some(&project), space) {
+                    Ok(outcomes) => {
+                        let signed: Vec<Value> = outcomes.iter().filter_map(|o| o.as_ref().ok()).map(|s| json!(s.path)).collect();
+                        let failed: Vec<Value> = outcomes
+                            .iter()
+                            .filter_map(|o| o.as_ref().err())
+                            .map(|(path, e)| json!({"item": path, "error": e.to_string()}))
+                            .collect();
+                        let status = if failed.is_empty() { "completed" } else { "error" };
+                        json!({
+                            "status": status,
+                            "summary": format!("Signed {}/{} files{}", signed.len(), outcomes.len(),
+                                if failed.is_empty() { String::new() } else { format!(", {} failed", failed.len()) }),
+                            "total": outcomes.len(),
+                            "signed": signed,
+                            "failed": failed,
+                        })
+                    }
+                    Err(e) => json!({"status": "error", "error": e.to_string()}),
+                };
+            }
+            match rye.sign(Some(&project), what, &args.item_id, space) {
+                Ok(signed) => {
+                    let mut result = json!({
+                        "status": "signed",
+                        "item_id": args.item_id,
+                        "path": signed.path,
+                        "location": space,
+                        "fingerprint": signed.fingerprint,
+                        "trusted": signed.trusted,
+                        "changed": signed.changed,
+                        "removed_lockfiles": signed.removed_lockfiles,
+                    });
+                    if !signed.trusted {
+                        result["warnings"] = json!([format!(
+                            "key {} is not trusted here, so this signature will not verify until it is (rye keys trust)",
+                            signed.fingerprint
+                        )]);
+                    }
+                    result
+                }
+                Err(e) => json!({"status": "error", "error": e.to_string(), "error_type": e.error_type(), "item_id": args.item_id}),
+            }
+        })
+        .await
+    }
+}
+
+fn invalid(message: &str) -> McpError {
+    McpError::invalid_params(message.to_owned(), None)
+}
+
+/// A result document as a tool result: JSON text plus structured content,
+/// `isError` when its status is "error" (or it is a bare error).
+fn tool_result(result: Value) -> CallToolResult {
+    let failed = result.get("status").and_then(Value::as_str) == Some("error")
+        || (result.get("status").is_none() && result.get("error").is_some());
+    let text = serde_json::to_string(&result).unwrap_or_default();
+    let mut out = if failed {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    out.structured_content = Some(result);
+    out
+}
+
+impl ServerHandler for RyeServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("rye", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Rye finds, loads, runs and signs the directives, tools and knowledge kept in .ai/ \
+                 folders of the project, user and system spaces. Search first, load to read an item, \
+                 execute to run a tool or follow a directive.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(Self::tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        Self::tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let result = match request.name.as_ref() {
+            "execute" => {
+                let args: ExecuteArgs = args::parse("execute", arguments)?;
+                self.execute(args, &context).await
+            }
+            "search" => self.search(args::parse("search", arguments)?).await?,
+            "load" => self.load(args::parse("load", arguments)?).await?,
+            "sign" => self.sign(args::parse("sign", arguments)?).await?,
+            other => {
+                return Err(invalid(&format!(
+                    "unknown tool {other:?}: this server has execute, search, load and sign"
+                )));
+            }
+        };
+        Ok(tool_result(result).into())
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes the stream.
+pub async fn serve_stdio(server: RyeServer) -> anyhow::Result<()> {
+    let service = server.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
