@@ -1,8 +1,10 @@
 """Drives `rye serve` with the Python `mcp` client package (a client no one
 here wrote) and checks what an agent would see.
 
-usage: client.py RYE_BINARY PROJECT_DIR
-The server's environment (HOME, RYE_CACHE_DIR, ...) is inherited.
+usage: client.py RYE_BINARY PROJECT_DIR      (spawns `rye serve`, stdio)
+       client.py http://HOST:PORT/mcp PROJECT_DIR   (a running `rye serve --http`;
+                                                     RYE_MCP_TOKEN is sent as a bearer token)
+A spawned server inherits this environment (HOME, RYE_CACHE_DIR, ...).
 Prints one line per check; exits 1 at the first failure.
 """
 
@@ -13,6 +15,7 @@ import sys
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
 BINARY, PROJECT = sys.argv[1], sys.argv[2]
@@ -32,8 +35,19 @@ def data(result):
 
 
 async def main():
-    params = StdioServerParameters(command=BINARY, args=["serve"], env=dict(os.environ))
-    async with stdio_client(params) as (read, write):
+    if BINARY.startswith("http"):
+        token = os.environ.get("RYE_MCP_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with streamablehttp_client(BINARY, headers=headers) as (read, write, _):
+            await checks(read, write)
+    else:
+        params = StdioServerParameters(command=BINARY, args=["serve"], env=dict(os.environ))
+        async with stdio_client(params) as (read, write):
+            await checks(read, write)
+
+
+async def checks(read, write):
+    if True:
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             check("initialize names the server", init.serverInfo.name == "rye", init.serverInfo)

@@ -102,8 +102,27 @@ enum Command {
         trace: bool,
     },
     /// Serve MCP (the tools execute, search, load and sign) on stdin and
-    /// stdout. Logs go to stderr (level by RYE_LOG).
-    Serve,
+    /// stdout, or over streamable HTTP with --http. Logs go to stderr
+    /// (level by RYE_LOG).
+    Serve {
+        /// Serve streamable HTTP at ADDR (e.g. 127.0.0.1:8765; port 0 picks
+        /// one) on the path /mcp, instead of stdio. The address served is
+        /// printed on stderr.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Require `Authorization: Bearer <TOKEN>` on every HTTP request.
+        #[arg(
+            long,
+            env = "RYE_MCP_TOKEN",
+            value_name = "TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
+        /// Accept this host in the Host header besides the loopback names
+        /// (needed to serve beyond loopback). Repeatable.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+    },
     /// Make, show and trust signing keys.
     Keys {
         #[command(subcommand)]
@@ -217,7 +236,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // One command per process: watching trees would cost more (the kernel
     // tears the watches down at exit) than it could save. A server keeps
     // its watches.
-    config.watch = matches!(cli.command, Command::Serve);
+    config.watch = matches!(cli.command, Command::Serve { .. });
     if cli.allow_unsigned_project {
         config.integrity.allow_unsigned_project = true;
     }
@@ -314,14 +333,37 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return Err(Failed.into());
             }
         }
-        Command::Serve => {
+        Command::Serve {
+            http,
+            token,
+            allow_hosts,
+        } => {
             drop(out);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
             let server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
-            runtime.block_on(rye_mcp::serve_stdio(server))?;
+            match http {
+                None => runtime.block_on(rye_mcp::serve_stdio(server))?,
+                Some(addr) => runtime.block_on(async {
+                    if !addr.ip().is_loopback() && allow_hosts.is_empty() {
+                        anyhow::bail!(
+                            "{addr} is not a loopback address: name the hosts clients will use with --allow-host (and set a --token)"
+                        );
+                    }
+                    let listener = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("binding {addr}"))?;
+                    let bound = listener.local_addr()?;
+                    eprintln!("serving MCP at http://{bound}{}", rye_mcp::ENDPOINT);
+                    let options = rye_mcp::HttpOptions {
+                        bearer_token: token,
+                        extra_hosts: allow_hosts,
+                    };
+                    rye_mcp::serve_http(server, listener, options).await
+                })?,
+            }
             return Ok(());
         }
         Command::Keys { action } => keys(

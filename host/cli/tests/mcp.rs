@@ -276,3 +276,181 @@ fn the_python_mcp_client_drives_rye_serve() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `rye serve --http 127.0.0.1:0`, killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(env: &Env, token: &str) -> Self {
+        use std::io::BufRead;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        env.configure(&mut command);
+        let mut child = command
+            .args(["serve", "--http", "127.0.0.1:0", "--token", token])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let first = lines
+            .next()
+            .expect("the server says where it serves")
+            .unwrap();
+        let url = first
+            .strip_prefix("serving MCP at ")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .to_owned();
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, url }
+    }
+
+    /// The status code of a raw HTTP request to the endpoint.
+    fn status(&self, headers: &[&str]) -> u16 {
+        use std::io::{Read, Write};
+        let authority = self
+            .url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap();
+        let mut stream = std::net::TcpStream::connect(authority).unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+            body.len()
+        );
+        if !headers.iter().any(|h| h.starts_with("Host:")) {
+            request.push_str(&format!("Host: {authority}\r\n"));
+        }
+        for header in headers {
+            request.push_str(header);
+            request.push_str("\r\n");
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn http_checks_token_host_and_origin() {
+    let env = Env::new();
+    let server = HttpServer::start(&env, "s3cret");
+    assert_eq!(server.status(&[]), 401, "no token");
+    assert_eq!(server.status(&["Authorization: Bearer wrong"]), 401);
+    let auth = "Authorization: Bearer s3cret";
+    assert_eq!(
+        server.status(&[auth, "Host: attacker.example"]),
+        403,
+        "DNS rebinding host"
+    );
+    assert_eq!(
+        server.status(&[auth, "Origin: http://attacker.example"]),
+        403,
+        "foreign origin"
+    );
+    let ok = server.status(&[auth]);
+    assert!(
+        ok != 401 && ok != 403,
+        "the right token on loopback passes: {ok}"
+    );
+}
+
+#[test]
+fn the_python_mcp_client_works_over_http_and_200_concurrent_calls_all_answer() {
+    let Some(python) = mcp_python() else {
+        eprintln!("SKIPPED the Python MCP client checks over HTTP: no python3 on this machine");
+        return;
+    };
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let p = env.project.path();
+    let write = |relative: &str, content: &str| {
+        let path = p.join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    };
+    write(
+        ".ai/tools/demo/hello.py",
+        "__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nif __name__ == '__main__':\n    print(json.dumps({'hello': 'mcp'}))\n",
+    );
+    // demo/spin is read by a parser component that never returns.
+    let parser = p.join(".ai/parsers/loop/loop.wasm");
+    std::fs::create_dir_all(parser.parent().unwrap()).unwrap();
+    std::fs::copy(rye_test_artifacts::PARSER_LOOP, &parser).unwrap();
+    env.rye(&["sign", "parser", "loop/loop"]);
+    let system_extractor = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../.ai/tools/rye/core/extractors/tool/tool_extractor.yaml"),
+    )
+    .unwrap();
+    let extractor = system_extractor
+        .replace("\".toml\"]", "\".toml\", \".spin\"]")
+        .replace("parsers:\n", "parsers:\n  .spin: loop/loop\n")
+        .replace(
+            "search_fields:",
+            "signature_formats:\n  .spin: {prefix: \"#\"}\nsearch_fields:",
+        );
+    assert!(extractor.contains(".spin: loop/loop"));
+    write(
+        ".ai/tools/rye/core/extractors/tool/tool_extractor.yaml",
+        &extractor,
+    );
+    // Its parser never finishes, so `rye sign` (which parses first) would
+    // refuse it: sign it directly.
+    let key =
+        rye_integrity::Keypair::load(&env.home.path().join(".ai/config/keys/signing")).unwrap();
+    let signed = rye_integrity::sign_text(
+        "executor_id: rye/core/runtimes/bash/bash\n",
+        &rye_integrity::SignatureFormat::new("#", "", false),
+        &key,
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    write(".ai/tools/demo/spin.spin", &signed);
+
+    let server = HttpServer::start(&env, "t0ken");
+    let run = |script: &str, args: &[&str]| {
+        let mut command = Command::new(&python);
+        env.configure(&mut command);
+        let out = command
+            .env("RYE_MCP_TOKEN", "t0ken")
+            .arg(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../tests/mcp")
+                    .join(script),
+            )
+            .args(args)
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{script}: {report}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        report
+    };
+    let project = env.project();
+    let report = run("client.py", &[&server.url, &project]);
+    assert!(report.contains("all checks passed"), "{report}");
+    let report = run("stress.py", &[&server.url, &project, "200"]);
+    assert!(report.contains("\"failures\": 0"), "{report}");
+    eprintln!("stress: {report}");
+}

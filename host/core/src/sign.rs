@@ -357,6 +357,22 @@ impl Rye {
         let key = self.signing_key()?;
         let extractors = self.extractors(&spaces)?;
         let mut outcomes = Vec::new();
+        // Components first: signing an item runs its parser, which must
+        // verify.
+        for folder in COMPONENT_FOLDERS {
+            let mut files = Vec::new();
+            walk_files(&root.ai_dir.join(folder), &mut files);
+            files.sort();
+            for path in files
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            {
+                outcomes.push(
+                    self.sign_component(&spaces, &path, folder, &key)
+                        .map_err(|e| (path.clone(), e)),
+                );
+            }
+        }
         for kind in ItemKind::PRIMARY {
             let extractor = extractors.require(kind)?;
             let dir = root.kind_dir(kind);
@@ -374,20 +390,6 @@ impl Rye {
                 }
                 outcomes.push(
                     self.sign_item(&spaces, &extractors, kind, &id, &path, space, &key)
-                        .map_err(|e| (path.clone(), e)),
-                );
-            }
-        }
-        for folder in COMPONENT_FOLDERS {
-            let mut files = Vec::new();
-            walk_files(&root.ai_dir.join(folder), &mut files);
-            files.sort();
-            for path in files
-                .into_iter()
-                .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            {
-                outcomes.push(
-                    self.sign_component(&spaces, &path, folder, &key)
                         .map_err(|e| (path.clone(), e)),
                 );
             }

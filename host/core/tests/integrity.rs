@@ -558,9 +558,9 @@ fn signing_a_whole_space_leaves_json_data_alone() {
     assert_eq!(
         signed,
         [
+            ".ai/parsers/toml/toml.wasm",
             ".ai/tools/demo/script.py",
-            ".ai/tools/web/page/page.js",
-            ".ai/parsers/toml/toml.wasm"
+            ".ai/tools/web/page/page.js"
         ],
         "{outcomes:#?}"
     );

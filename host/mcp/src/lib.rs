@@ -19,6 +19,7 @@
 //! ```
 
 mod args;
+mod http;
 mod schema;
 
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ use rye_host::{ExecuteRequest, LoadRequest, Rye, SearchRequest, SourceFilter, Sp
 use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
+pub use http::{ENDPOINT, HttpOptions, serve_http};
 
 /// How often a long `execute` reports progress to a client that asked.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);

@@ -164,25 +164,49 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
             let _ = pipe.shutdown().await;
         }
     });
-    let stdout = tokio::spawn(read_capped(child.stdout.take(), capture.stdout));
-    let stderr = tokio::spawn(read_capped(child.stderr.take(), capture.stderr));
-
-    let (status, timed_out) = match plan.timeout {
-        Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-            Ok(status) => (status.ok(), false),
-            Err(_) => {
-                group.kill();
-                (child.wait().await.ok(), true)
-            }
-        },
-        None => (child.wait().await.ok(), false),
+    // Output is read in this task, not in tasks of its own: a busy runtime
+    // cannot then leave a reader unscheduled past the grace period and
+    // lose what the child wrote. Bytes read survive the reading being cut
+    // short.
+    let (mut out, mut err) = (Captured::default(), Captured::default());
+    let (stdout_pipe, stderr_pipe) = (child.stdout.take(), child.stderr.take());
+    let (exited, exit_seen) = tokio::sync::oneshot::channel::<()>();
+    let reading = async {
+        let both = async {
+            tokio::join!(
+                read_capped(stdout_pipe, capture.stdout, &mut out),
+                read_capped(stderr_pipe, capture.stderr, &mut err)
+            )
+        };
+        tokio::select! {
+            biased;
+            _ = both => {}
+            () = async {
+                let _ = exit_seen.await;
+                tokio::time::sleep(DRAIN_GRACE).await;
+            } => {}
+        }
     };
-    // Whatever the child left running in its group goes with it.
-    group.kill();
+    let waiting = async {
+        let (status, timed_out) = match plan.timeout {
+            Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                Ok(status) => (status.ok(), false),
+                Err(_) => {
+                    group.kill();
+                    (child.wait().await.ok(), true)
+                }
+            },
+            None => (child.wait().await.ok(), false),
+        };
+        // Whatever the child left running in its group goes with it.
+        group.kill();
+        let _ = exited.send(());
+        (status, timed_out)
+    };
+    let ((), (status, timed_out)) = tokio::join!(reading, waiting);
     writer.abort();
-
-    let ((stdout, stdout_dropped), (stderr, stderr_dropped)) =
-        (drain(stdout).await, drain(stderr).await);
+    let (stdout, stdout_dropped) = (out.kept, out.dropped);
+    let (stderr, stderr_dropped) = (err.kept, err.dropped);
     let (code, signal) = match status {
         Some(status) => (status.code(), exit_signal(&status)),
         None => (None, None),
@@ -199,33 +223,27 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     })
 }
 
-async fn drain(reader: tokio::task::JoinHandle<(Vec<u8>, u64)>) -> (Vec<u8>, u64) {
-    let abort = reader.abort_handle();
-    match tokio::time::timeout(DRAIN_GRACE, reader).await {
-        Ok(Ok(captured)) => captured,
-        Ok(Err(_)) => (Vec::new(), 0),
-        Err(_) => {
-            abort.abort();
-            (Vec::new(), 0)
-        }
-    }
+/// Output read so far: the bytes kept and the count of those dropped.
+#[derive(Default)]
+struct Captured {
+    kept: Vec<u8>,
+    dropped: u64,
 }
 
-/// Reads everything, keeping the first `cap` bytes and counting the rest.
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, u64) {
+/// Reads everything into `into`, keeping the first `cap` bytes and
+/// counting the rest.
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, into: &mut Captured) {
     let Some(mut pipe) = pipe else {
-        return (Vec::new(), 0);
+        return;
     };
-    let mut kept = Vec::new();
-    let mut dropped = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => return (kept, dropped),
+            Ok(0) | Err(_) => return,
             Ok(n) => {
-                let room = cap.saturating_sub(kept.len()).min(n);
-                kept.extend_from_slice(&buf[..room]);
-                dropped += (n - room) as u64;
+                let room = cap.saturating_sub(into.kept.len()).min(n);
+                into.kept.extend_from_slice(&buf[..room]);
+                into.dropped += (n - room) as u64;
             }
         }
     }
