@@ -343,7 +343,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            let server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
+            let mut server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
+            if let Some(project) = project {
+                server = server.with_project(project);
+            }
             match http {
                 None => runtime.block_on(rye_mcp::serve_stdio(server))?,
                 Some(addr) => runtime.block_on(async {

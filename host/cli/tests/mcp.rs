@@ -454,3 +454,92 @@ fn the_python_mcp_client_works_over_http_and_200_concurrent_calls_all_answer() {
     assert!(report.contains("\"failures\": 0"), "{report}");
     eprintln!("stress: {report}");
 }
+
+/// A client that counts list-changed notifications.
+#[derive(Clone, Default)]
+struct Watcher {
+    prompts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    resources: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Watcher {
+    async fn on_prompt_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.prompts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn on_resource_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.resources
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn directives_are_prompts_and_knowledge_is_resources_and_changes_are_announced() {
+    let env = Env::new();
+    runtime().block_on(async {
+        let watcher = Watcher::default();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+        command
+            .args(["--project", &env.project(), "serve"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.home.path())
+            .env("RYE_CACHE_DIR", Env::cache())
+            .env("RYE_LOG", "warn");
+        let client = watcher
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap())
+            .await
+            .unwrap();
+
+        let prompts = client.list_prompts(None).await.unwrap().prompts;
+        let create = prompts
+            .iter()
+            .find(|p| p.name == "rye/core/create_knowledge")
+            .unwrap_or_else(|| panic!("{prompts:#?}"));
+        assert!(
+            create.arguments.as_ref().is_some_and(|a| !a.is_empty()),
+            "{create:#?}"
+        );
+
+        let resources = client.list_resources(None).await.unwrap().resources;
+        let uri = "rye://knowledge/rye/core/spaces";
+        assert!(resources.iter().any(|r| r.uri == uri), "{resources:#?}");
+        let read = client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .unwrap();
+        let text = serde_json::to_value(&read.contents[0]).unwrap();
+        assert!(text["text"].as_str().unwrap().contains("shadow"), "{text}");
+
+        // A new knowledge file in the project is announced.
+        let path = env.project.path().join(".ai/knowledge/demo/new.md");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "```yaml\nname: new\ntitle: New\n```\n\nFresh.\n").unwrap();
+        for _ in 0..100 {
+            if watcher.resources.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            watcher.resources.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        assert_eq!(watcher.prompts.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let resources = client.list_resources(None).await.unwrap().resources;
+        assert!(
+            resources
+                .iter()
+                .any(|r| r.uri == "rye://knowledge/demo/new")
+        );
+        client.cancel().await.unwrap();
+    });
+}

@@ -19,6 +19,7 @@
 //! ```
 
 mod args;
+mod catalog;
 mod http;
 mod schema;
 
@@ -27,16 +28,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use rye_host::{ExecuteRequest, LoadRequest, Rye, SearchRequest, SourceFilter, Space};
 use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
+pub use catalog::KNOWLEDGE_URI;
 pub use http::{ENDPOINT, HttpOptions, serve_http};
 
 /// How often a long `execute` reports progress to a client that asked.
@@ -46,11 +49,21 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct RyeServer {
     rye: Arc<Rye>,
+    /// The project whose directives and knowledge are listed as prompts
+    /// and resources (tools name theirs per call).
+    project: Option<PathBuf>,
 }
 
 impl RyeServer {
     pub fn new(rye: Arc<Rye>) -> Self {
-        Self { rye }
+        Self { rye, project: None }
+    }
+
+    /// Lists this project's directives and knowledge (with the user and
+    /// system ones) as prompts and resources.
+    pub fn with_project(mut self, project: PathBuf) -> Self {
+        self.project = Some(project);
+        self
     }
 
     /// The four tools, in the original order.
@@ -230,7 +243,15 @@ fn tool_result(result: Value) -> CallToolResult {
 
 impl ServerHandler for RyeServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .build(),
+        )
             .with_server_info(Implementation::new("rye", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Rye finds, loads, runs and signs the directives, tools and knowledge kept in .ai/ \
@@ -245,6 +266,61 @@ impl ServerHandler for RyeServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(Self::tools()))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let project = self.project.clone();
+        let prompts = self
+            .blocking(move |rye| catalog::prompts(rye, project.as_ref()))
+            .await?;
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let arguments = request
+            .arguments
+            .map(|args| args.into_iter().collect::<serde_json::Map<String, Value>>());
+        catalog::prompt(&self.rye, self.project.as_ref(), &request.name, arguments)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let project = self.project.clone();
+        let resources = self
+            .blocking(move |rye| catalog::resources(rye, project.as_ref()))
+            .await?;
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        catalog::resource(&self.rye, self.project.as_ref(), &request.uri)
+            .await
+            .map(Into::into)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        tokio::spawn(catalog::watch(
+            self.rye.clone(),
+            self.project.clone(),
+            context.peer,
+        ));
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
