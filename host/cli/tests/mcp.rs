@@ -543,3 +543,55 @@ fn directives_are_prompts_and_knowledge_is_resources_and_changes_are_announced()
         client.cancel().await.unwrap();
     });
 }
+
+/// A client that counts progress notifications.
+#[derive(Clone, Default)]
+struct Progress(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for Progress {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        assert!(params.message.unwrap_or_default().contains("rye/bash/bash"));
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_long_execute_reports_progress() {
+    let env = Env::new();
+    runtime().block_on(async {
+        let progress = Progress::default();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+        command
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.home.path())
+            .env("RYE_CACHE_DIR", Env::cache())
+            .env("RYE_LOG", "warn");
+        let client = progress
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap())
+            .await
+            .unwrap();
+        let handle = client
+            .peer()
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(Request::new(call(
+                    "execute",
+                    json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": "sleep 2.5; echo done"}}),
+                ))),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .unwrap();
+        let result = handle.await_response().await.unwrap();
+        assert!(format!("{result:?}").contains("done"), "{result:?}");
+        let seen = progress.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(seen >= 2, "{seen} progress notifications in 2.5 s");
+        client.cancel().await.unwrap();
+    });
+}
