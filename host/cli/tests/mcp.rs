@@ -595,3 +595,35 @@ fn a_long_execute_reports_progress() {
         client.cancel().await.unwrap();
     });
 }
+
+#[test]
+fn protocol_versions_that_current_clients_send_are_accepted() {
+    use std::io::{BufRead, Write};
+    let env = Env::new();
+    // 2025-11-25: Python mcp 1.30; 2025-06-18: TypeScript SDK 1.x; older
+    // ones from clients still in use.
+    for version in ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        env.configure(&mut command);
+        let mut child = command
+            .arg("serve")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+        writeln!(stdin, "{initialize}").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
+        assert_eq!(answer["result"]["serverInfo"]["name"], "rye");
+        drop(stdin);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
