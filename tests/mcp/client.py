@@ -76,6 +76,25 @@ async def checks(read, write):
             check("load returns the content", "executor_id" in loaded["content"], loaded)
             check("load reports a verified signature", loaded["signature"]["status"] == "verified", loaded["signature"])
 
+            copied = data(
+                await session.call_tool(
+                    "load",
+                    {
+                        "item_type": "knowledge",
+                        "item_id": "rye/core/spaces",
+                        "project_path": PROJECT,
+                        "destination": "project",
+                        "force": True,
+                    },
+                )
+            )
+            check("load copies into the project space", copied.get("copied_to") == "project", copied)
+            check(
+                "the copy is in the project",
+                os.path.isfile(os.path.join(PROJECT, ".ai/knowledge/rye/core/spaces.md")),
+                copied.get("destination_path"),
+            )
+
             ran = await session.call_tool(
                 "execute",
                 {
