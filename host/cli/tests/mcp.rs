@@ -371,7 +371,7 @@ fn http_checks_token_host_and_origin() {
 }
 
 #[test]
-fn the_python_mcp_client_works_over_http_and_200_concurrent_calls_all_answer() {
+fn over_http_the_python_client_works_200_concurrent_calls_answer_and_cancelling_kills() {
     let Some(python) = mcp_python() else {
         eprintln!("SKIPPED the Python MCP client checks over HTTP: no python3 on this machine");
         return;
@@ -453,6 +453,9 @@ fn the_python_mcp_client_works_over_http_and_200_concurrent_calls_all_answer() {
     let report = run("stress.py", &[&server.url, &project, "200"]);
     assert!(report.contains("\"failures\": 0"), "{report}");
     eprintln!("stress: {report}");
+    let pidfile = p.join("sleeper.pid").display().to_string();
+    let report = run("cancel.py", &[&server.url, &project, &pidfile]);
+    assert!(report.contains("killed"), "{report}");
 }
 
 /// A client that counts list-changed notifications.
