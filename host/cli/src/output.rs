@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use rye_host::{FileCheck, Loaded, SearchResponse, SignOutcome};
+use rye_host::{FileCheck, Loaded, Report, SearchResponse, Severity, SignOutcome};
 
 pub fn search(out: &mut impl Write, response: &SearchResponse) -> io::Result<()> {
     let shown = response.results.len();
@@ -153,4 +153,43 @@ pub fn verified(out: &mut impl Write, checks: &[FileCheck]) -> io::Result<()> {
         }
     }
     writeln!(out, "\n{passed} verified, {failed} failed")
+}
+
+pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    let mut current = None;
+    for finding in &report.findings {
+        if current != Some(&finding.path) {
+            writeln!(out, "{}", finding.path.display())?;
+            current = Some(&finding.path);
+        }
+        let at = match (finding.line, finding.column) {
+            (Some(line), Some(column)) => format!("{line}:{column}: "),
+            (Some(line), None) => format!("{line}: "),
+            _ => String::new(),
+        };
+        let severity = match finding.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        };
+        writeln!(
+            out,
+            "  {at}{severity}[{}]: {}",
+            finding.rule, finding.message
+        )?;
+    }
+    let errors = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    writeln!(
+        out,
+        "{}{} items, {} chains checked: {} errors, {} warnings",
+        if report.findings.is_empty() { "" } else { "\n" },
+        report.items,
+        report.chains,
+        errors,
+        report.findings.len() - errors
+    )
 }

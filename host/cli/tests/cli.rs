@@ -399,3 +399,59 @@ fn verify_checks_files_signed_by_the_original_system() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("untrusted key"));
 }
+
+#[test]
+fn validate_reports_each_problem_with_file_and_line_and_exits_by_severity() {
+    let env = Env::new();
+    env.write(".ai/tools/demo/good.py", SCRIPT);
+    env.write(".ai/tools/demo/broken.py", "x = 1\ny = $$$\n");
+    env.write(
+        ".ai/tools/demo/orphan.py",
+        "__executor_id__ = 'nowhere/runtime'\n",
+    );
+    env.write(".ai/tools/demo/a.yaml", "executor_id: demo/b\n");
+    env.write(".ai/tools/demo/b.yaml", "executor_id: demo/a\n");
+    env.write(
+        ".ai/directives/demo/d.md",
+        "```xml\n<directive name=\"d\"><<<</directive>\n```\n",
+    );
+    let out = env.rye(&["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "2:5: error[parse]",
+        "circular dependency: demo/a -> demo/b -> demo/a",
+        "executor \"nowhere/runtime\" not found",
+        "2:22: error[parse]",
+        "warning[signature]: unsigned",
+        "6 items",
+    ] {
+        assert!(report.contains(needle), "{needle:?} not in:\n{report}");
+    }
+
+    let json = env.rye(&["validate", "--format", "json", "--require-signed"]);
+    assert_eq!(json.status.code(), Some(1));
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    let unsigned = findings
+        .iter()
+        .filter(|f| f["rule"] == "signature" && f["severity"] == "error")
+        .count();
+    assert_eq!(unsigned, 6, "{json:#}");
+    assert!(findings.iter().any(|f| f["line"] == 2 && f["column"] == 5));
+
+    let missing = env.rye(&["validate", "/no/such/folder"]);
+    assert_eq!(missing.status.code(), Some(2));
+
+    // Signed and sound: clean, even when signatures are required.
+    let clean = Env::new();
+    clean.ok(&["keys", "generate"]);
+    clean.ok(&["keys", "trust"]);
+    clean.write(".ai/tools/demo/good.py", SCRIPT);
+    clean.ok(&["sign", "--all"]);
+    let report = clean.ok(&["validate", "--require-signed"]);
+    assert!(
+        report.contains("1 items, 1 chains checked: 0 errors, 0 warnings"),
+        "{report}"
+    );
+}

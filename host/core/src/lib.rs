@@ -26,6 +26,7 @@ mod parse;
 mod search;
 mod services;
 mod sign;
+mod validate;
 
 pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::RyeConfig;
@@ -44,3 +45,4 @@ pub use rye_integrity;
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
 pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile};
+pub use validate::{Finding, Report, ValidateOptions};

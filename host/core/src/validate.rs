@@ -1,0 +1,261 @@
+//! Checking a whole `.ai/` tree without running anything: every item is
+//! parsed, every tool's chain built and validated, every signature checked.
+//! What `rye validate` reports.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rye_components::Severity;
+use rye_integrity::IntegrityError;
+use rye_space::{ItemKind, Space};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::parse::ParserLookup;
+use crate::{HostError, Rye};
+
+/// One finding about one file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+    pub severity: Severity,
+    /// What kind of check found it: `parse`, `chain`, `signature`, or the
+    /// parser's own rule name.
+    pub rule: String,
+    pub message: String,
+}
+
+/// What a validation run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The folder validated (the one holding `.ai/`).
+    pub root: PathBuf,
+    pub items: usize,
+    pub chains: usize,
+    /// Sorted by path, then line.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// Whether any finding is an error.
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+}
+
+/// How strict a validation run is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ValidateOptions {
+    /// An unsigned item is an error rather than a warning.
+    pub require_signed: bool,
+}
+
+impl Rye {
+    /// Validates the `.ai/` tree of `root` (the folder holding it) as a
+    /// project: parses every item, builds and validates every tool's
+    /// chain, and checks every signature. Files are checked in parallel.
+    pub fn validate_tree(
+        &self,
+        root: &Path,
+        options: ValidateOptions,
+    ) -> Result<Report, HostError> {
+        let ai = root.join(".ai");
+        if !ai.is_dir() {
+            return Err(HostError::Invalid(format!(
+                "{}: no .ai/ folder to validate",
+                root.display()
+            )));
+        }
+        let spaces = self.spaces(Some(root));
+        let extractors = self.extractors(&spaces)?;
+        let mut items: Vec<(ItemKind, String, PathBuf)> = Vec::new();
+        let mut conflicts = Vec::new();
+        for kind in ItemKind::PRIMARY {
+            let extractor = extractors.require(kind)?;
+            let listed =
+                spaces.list_cached(&self.listings, kind, Space::Project, &extractor.extensions)?;
+            for item in listed.iter() {
+                items.push((kind, item.id.clone(), item.path.clone()));
+                if !item.conflicts.is_empty() {
+                    conflicts.push(Finding {
+                        path: item.path.clone(),
+                        line: None,
+                        column: None,
+                        severity: Severity::Error,
+                        rule: "conflict".into(),
+                        message: format!(
+                            "{kind} {:?} has more than one file in this space: {}",
+                            item.id,
+                            rye_space::display_paths(&item.conflicts)
+                        ),
+                    });
+                }
+            }
+        }
+        items.sort_by(|a, b| a.2.cmp(&b.2));
+        let trust = self.trust_store(&spaces);
+        let findings = Mutex::new(conflicts);
+        let chains = std::sync::atomic::AtomicUsize::new(0);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .min(8);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    let mut parsers = ParserLookup::default();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((kind, id, path)) = items.get(i) else {
+                            break;
+                        };
+                        let mut found = Vec::new();
+                        self.check_item(
+                            &spaces,
+                            &extractors,
+                            &trust,
+                            &mut parsers,
+                            (*kind, id, path),
+                            options,
+                            &mut found,
+                        );
+                        if *kind == ItemKind::Tool
+                            && found.iter().all(|f| f.severity != Severity::Error)
+                        {
+                            chains.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if let Err(e) = self.build_chain(&spaces, &extractors, &trust, id) {
+                                found.push(Finding {
+                                    path: path.clone(),
+                                    line: None,
+                                    column: None,
+                                    severity: Severity::Error,
+                                    rule: if matches!(e, HostError::Integrity { .. }) {
+                                        "signature"
+                                    } else {
+                                        "chain"
+                                    }
+                                    .into(),
+                                    message: e.to_string(),
+                                });
+                            }
+                        }
+                        findings.lock().expect("findings lock").extend(found);
+                    }
+                });
+            }
+        });
+        let mut findings = findings.into_inner().expect("findings lock");
+        findings.sort_by(|a, b| (&a.path, a.line, &a.rule).cmp(&(&b.path, b.line, &b.rule)));
+        findings.dedup_by(|a, b| a.path == b.path && a.message == b.message);
+        Ok(Report {
+            root: root.to_owned(),
+            items: items.len(),
+            chains: chains.into_inner(),
+            findings,
+        })
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one item's check, described by its parts"
+    )]
+    fn check_item(
+        &self,
+        spaces: &rye_space::Spaces,
+        extractors: &rye_space::Extractors,
+        trust: &rye_integrity::TrustStore,
+        parsers: &mut ParserLookup,
+        item: (ItemKind, &String, &PathBuf),
+        options: ValidateOptions,
+        found: &mut Vec<Finding>,
+    ) {
+        let (kind, id, path) = item;
+        let finding =
+            |severity, rule: &str, message: String, at: Option<rye_components::Position>| Finding {
+                path: path.clone(),
+                line: at.map(|p| p.line),
+                column: at.map(|p| p.column),
+                severity,
+                rule: rule.into(),
+                message,
+            };
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                found.push(finding(Severity::Error, "read", e.to_string(), None));
+                return;
+            }
+        };
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let unsigned =
+            "unsigned: the file has no signature line (sign it with `rye sign`)".to_owned();
+        match self.verify_item(
+            trust,
+            Some(extractors),
+            (kind, Space::Project, path),
+            hash,
+            Some(&bytes),
+        ) {
+            Ok(crate::Signed::UnsignedAllowed) => {
+                let severity = if options.require_signed {
+                    Severity::Error
+                } else {
+                    Severity::Warning
+                };
+                found.push(finding(severity, "signature", unsigned, None));
+            }
+            Ok(signed) => {
+                if let Some(warning) = signed.warning("signature") {
+                    found.push(finding(Severity::Warning, "signature", warning, None));
+                }
+            }
+            Err(HostError::Integrity { error, .. }) if error.is_unsigned() => {
+                let severity = if options.require_signed {
+                    Severity::Error
+                } else {
+                    Severity::Warning
+                };
+                found.push(finding(severity, "signature", error.to_string(), None));
+            }
+            Err(HostError::Integrity {
+                error: IntegrityError::NoFormat { .. },
+                ..
+            }) if !options.require_signed => {}
+            Err(HostError::Integrity { error, .. }) => {
+                found.push(finding(
+                    Severity::Error,
+                    "signature",
+                    error.to_string(),
+                    None,
+                ));
+            }
+            Err(e) => found.push(finding(Severity::Error, "signature", e.to_string(), None)),
+        }
+        match self.parse_bytes(
+            spaces,
+            extractors,
+            parsers,
+            (kind, id, Space::Project, path),
+            bytes,
+        ) {
+            Ok(parsed) => match parsed.outcome.as_ref() {
+                Ok(document) => {
+                    for d in &document.diagnostics {
+                        found.push(finding(d.severity, &d.rule, d.message.clone(), d.at));
+                    }
+                }
+                Err(failure) => found.push(finding(
+                    Severity::Error,
+                    "parse",
+                    failure.to_string(),
+                    failure.position(),
+                )),
+            },
+            Err(e) => found.push(finding(Severity::Error, "parse", e.to_string(), None)),
+        }
+    }
+}
