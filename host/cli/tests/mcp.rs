@@ -50,9 +50,11 @@ impl Env {
         );
     }
 
-    async fn client(&self) -> RunningService<RoleClient, ()> {
+    /// `rye [args] serve` over stdio, for an MCP client to spawn.
+    fn serve(&self, args: &[&str]) -> TokioChildProcess {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
         command
+            .args(args)
             .arg("serve")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -60,9 +62,11 @@ impl Env {
             .env("RYE_CACHE_DIR", Self::cache())
             .env("RYE_LOG", "warn")
             .current_dir(self.project.path());
-        ().serve(TokioChildProcess::new(command).unwrap())
-            .await
-            .unwrap()
+        TokioChildProcess::new(command).unwrap()
+    }
+
+    async fn client(&self) -> RunningService<RoleClient, ()> {
+        ().serve(self.serve(&[])).await.unwrap()
     }
 
     fn project(&self) -> String {
@@ -488,17 +492,9 @@ fn directives_are_prompts_and_knowledge_is_resources_and_changes_are_announced()
     let env = Env::new();
     runtime().block_on(async {
         let watcher = Watcher::default();
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
-        command
-            .args(["--project", &env.project(), "serve"])
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.home.path())
-            .env("RYE_CACHE_DIR", Env::cache())
-            .env("RYE_LOG", "warn");
         let client = watcher
             .clone()
-            .serve(TokioChildProcess::new(command).unwrap())
+            .serve(env.serve(&["--project", &env.project()]))
             .await
             .unwrap();
 
@@ -567,19 +563,7 @@ fn a_long_execute_reports_progress() {
     let env = Env::new();
     runtime().block_on(async {
         let progress = Progress::default();
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
-        command
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.home.path())
-            .env("RYE_CACHE_DIR", Env::cache())
-            .env("RYE_LOG", "warn");
-        let client = progress
-            .clone()
-            .serve(TokioChildProcess::new(command).unwrap())
-            .await
-            .unwrap();
+        let client = progress.clone().serve(env.serve(&[])).await.unwrap();
         let handle = client
             .peer()
             .send_request_with_option(

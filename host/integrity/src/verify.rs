@@ -88,6 +88,18 @@ pub fn strip_signature<'a>(content: &'a str, format: &SignatureFormat) -> Cow<'a
     }
 }
 
+/// A `v2` signature by `key` over the hex digest `hash`.
+fn whole_signature(hash: String, key: &Keypair, now: SystemTime) -> Signature {
+    Signature {
+        rule: Rule::Whole,
+        timestamp: utc_timestamp(now),
+        signature: key.sign_hash(&hash),
+        hash,
+        fingerprint: key.fingerprint().to_owned(),
+        provenance: None,
+    }
+}
+
 /// `content` signed by `key` under the whole-file rule: any earlier
 /// signature line is replaced, the new one goes first (second after a
 /// shebang where the format allows it).
@@ -106,15 +118,7 @@ pub fn sign_text(
             body.len()
         }
     };
-    let hash = sha256_hex(body.as_bytes());
-    let signature = Signature {
-        rule: Rule::Whole,
-        timestamp: utc_timestamp(now),
-        signature: key.sign_hash(&hash),
-        hash,
-        fingerprint: key.fingerprint().to_owned(),
-        provenance: None,
-    };
+    let signature = whole_signature(sha256_hex(body.as_bytes()), key, now);
     body.insert_str(at, &signature.line(format));
     Ok(body)
 }
@@ -122,15 +126,7 @@ pub fn sign_text(
 /// The text of a detached signature file for content with SHA-256
 /// `content_hash`: one signature line.
 pub fn sign_detached(content_hash: &[u8; 32], key: &Keypair, now: SystemTime) -> String {
-    let hash = hex::encode(content_hash);
-    let signature = Signature {
-        rule: Rule::Whole,
-        timestamp: utc_timestamp(now),
-        signature: key.sign_hash(&hash),
-        hash,
-        fingerprint: key.fingerprint().to_owned(),
-        provenance: None,
-    };
+    let signature = whole_signature(hex::encode(content_hash), key, now);
     format!("{}\n", signature.fields())
 }
 
