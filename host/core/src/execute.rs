@@ -143,12 +143,14 @@ impl Rye {
         for element in &chain.elements {
             trace.push(json!({"step": "resolve", "item_id": element.item_id, "path": element.path, "space": element.space, "shadowed": element.shadowed}));
         }
-        for element in &chain.elements {
-            trace.push(verify_event(
-                &element.item_id,
-                &element.path,
-                &element.signed,
-            ));
+        if request.trace {
+            for element in &chain.elements {
+                trace.push(verify_event(
+                    &element.item_id,
+                    &element.path,
+                    &element.signed,
+                ));
+            }
         }
         let summaries = chain.summaries();
         let mut warnings = chain.warnings.clone();
@@ -212,7 +214,9 @@ impl Rye {
             Ok(planned) => planned,
             Err(e) => return fail(&e, &trace, &warnings),
         };
-        trace.push(verify_event("adapter", &adapter, &adapter_signed));
+        if request.trace {
+            trace.push(verify_event("adapter", &adapter, &adapter_signed));
+        }
         warnings.extend(adapter_signed.warning(&format!("adapter {}", adapter.display())));
         trace.push(json!({"step": "adapter", "path": adapter}));
         for (step, detail) in &plan.notes {

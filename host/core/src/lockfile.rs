@@ -145,30 +145,33 @@ impl Rye {
             return Ok(LockState::Absent);
         }
         let tool = chain.tool();
-        let refresh = format!(
-            "If the change is intended, sign the changed file (`rye sign tool <id>`) and refresh the lock \
-             (`rye lock {} --refresh`), or delete {}",
-            tool.item_id,
-            path.display()
-        );
+        // Built only for a refusal: the warm path allocates nothing here.
+        let refresh = || {
+            format!(
+                "If the change is intended, sign the changed file (`rye sign tool <id>`) and refresh the lock \
+                 (`rye lock {} --refresh`), or delete {}",
+                tool.item_id,
+                path.display()
+            )
+        };
         let now = integrity(tool);
         let pinned = locked["root"]["integrity"].as_str().unwrap_or_default();
         if pinned != now {
             return Err(HostError::Integrity {
                 path: tool.path.clone(),
                 error: rye_integrity::IntegrityError::StaleLock(format!(
-                    "integrity mismatch for tool {:?}: {} pins {}…, the tool is now {}…. {refresh}",
+                    "integrity mismatch for tool {:?}: {} pins {}…, the tool is now {}…. {}",
                     tool.item_id,
                     path.display(),
                     &pinned[..pinned.len().min(16)],
-                    &now[..16]
+                    &now[..16],
+                    refresh()
                 )),
             });
         }
-        let entries = locked["resolved_chain"]
+        let entries: &[Value] = locked["resolved_chain"]
             .as_array()
-            .cloned()
-            .unwrap_or_default();
+            .map_or(&[], Vec::as_slice);
         let pinned_ids: Vec<&str> = entries
             .iter()
             .filter_map(|e| e["item_id"].as_str())
@@ -178,10 +181,11 @@ impl Rye {
             return Err(HostError::Integrity {
                 path: tool.path.clone(),
                 error: rye_integrity::IntegrityError::StaleLock(format!(
-                    "{} pins the chain {} but the tool now resolves to {}. {refresh}",
+                    "{} pins the chain {} but the tool now resolves to {}. {}",
                     path.display(),
                     pinned_ids.join(" -> "),
-                    ids.join(" -> ")
+                    ids.join(" -> "),
+                    refresh()
                 )),
             });
         }
@@ -194,13 +198,14 @@ impl Rye {
                     path: element.path.clone(),
                     error: rye_integrity::IntegrityError::StaleLock(format!(
                         "integrity mismatch for chain element {:?}: {} pins {}… in the {} space, \
-                         it is now {}… in the {} space. {refresh}",
+                         it is now {}… in the {} space. {}",
                         element.item_id,
                         path.display(),
                         &pinned[..pinned.len().min(16)],
                         entry["space"].as_str().unwrap_or("?"),
                         &now[..16],
-                        space_now
+                        space_now,
+                        refresh()
                     )),
                 });
             }
