@@ -385,21 +385,8 @@ impl Rye {
         let verdict = match cached {
             Some(verdict) => verdict,
             None => {
-                let verdict = match std::fs::read(&sig_path) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Err(IntegrityError::NoDetachedSignature {
-                            path: sig_path.clone(),
-                        })
-                    }
-                    Err(e) => return Err(HostError::io(&sig_path, e)),
-                    Ok(bytes) => match String::from_utf8(bytes) {
-                        Ok(text) => verify_detached(&content_hash, &text, trust),
-                        Err(_) => Err(IntegrityError::Malformed(format!(
-                            "{} is not text",
-                            sig_path.display()
-                        ))),
-                    },
-                };
+                let verdict = detached_verdict(path, &content_hash, trust)
+                    .map_err(|e| HostError::io(&sig_path, e))?;
                 self.integrity
                     .components
                     .lock()
@@ -424,6 +411,30 @@ impl Rye {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The verdict of the detached signature beside the component at `path`,
+/// whose bytes hash to `content_hash`; an error only when the signature
+/// file exists but cannot be read.
+pub(crate) fn detached_verdict(
+    path: &Path,
+    content_hash: &[u8; 32],
+    trust: &TrustStore,
+) -> std::io::Result<Verdict> {
+    let sig_path = rye_integrity::detached_path(path);
+    Ok(match std::fs::read(&sig_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(IntegrityError::NoDetachedSignature { path: sig_path })
+        }
+        Err(e) => return Err(e),
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => verify_detached(content_hash, &text, trust),
+            Err(_) => Err(IntegrityError::Malformed(format!(
+                "{} is not text",
+                sig_path.display()
+            ))),
+        },
+    })
 }
 
 /// Dependencies checked by `verify_deps`, from the runtime YAML key of that

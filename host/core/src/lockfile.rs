@@ -28,12 +28,17 @@ fn system_version() -> String {
     )
 }
 
-fn version_of(element: &ChainElement) -> String {
-    match element.metadata.get("version") {
+/// The version lockfiles are named by: the item's `version`, else 0.0.0.
+pub(crate) fn version_text(metadata: &serde_json::Map<String, Value>) -> String {
+    match metadata.get("version") {
         Some(Value::String(v)) => v.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => "0.0.0".into(),
     }
+}
+
+fn version_of(element: &ChainElement) -> String {
+    version_text(&element.metadata)
 }
 
 fn integrity(element: &ChainElement) -> String {

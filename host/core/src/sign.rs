@@ -272,18 +272,10 @@ impl Rye {
             })?;
         write_keeping_mode(path, signed.as_bytes())?;
         let removed_lockfiles = if kind == ItemKind::Tool {
-            let version = parsed
-                .outcome
-                .as_ref()
-                .as_ref()
-                .ok()
-                .map(|doc| crate::normalize(kind, id, &doc.document))
-                .and_then(|m| match m.get("version") {
-                    Some(serde_json::Value::String(v)) => Some(v.clone()),
-                    Some(serde_json::Value::Number(n)) => Some(n.to_string()),
-                    _ => None,
-                })
-                .unwrap_or_else(|| "0.0.0".into());
+            let version = parsed.outcome.as_ref().as_ref().map_or_else(
+                |_| "0.0.0".into(),
+                |doc| crate::lockfile::version_text(&crate::normalize(kind, id, &doc.document)),
+            );
             self.remove_locks(spaces, id, &version)
         } else {
             Vec::new()
@@ -482,12 +474,8 @@ fn check_file(
             .map_err(|e| IntegrityError::Malformed(format!("unreadable: {e}")))
             .and_then(|bytes| {
                 let hash: [u8; 32] = Sha256::digest(&bytes).into();
-                match std::fs::read_to_string(rye_integrity::detached_path(path)) {
-                    Ok(text) => verify_detached(&hash, &text, trust),
-                    Err(_) => Err(IntegrityError::NoDetachedSignature {
-                        path: rye_integrity::detached_path(path),
-                    }),
-                }
+                crate::integrity::detached_verdict(path, &hash, trust)
+                    .unwrap_or_else(|e| Err(IntegrityError::Malformed(format!("unreadable: {e}"))))
             }),
         Some(Err(_)) => {
             check.status = "skipped".into();
