@@ -1,4 +1,5 @@
-//! Builds the components in `runtimes/` (parsers) and `runtimes/adapters/`
+//! Builds the components in `runtimes/` (parsers), `runtimes/adapters/` and
+//! `runtimes/validators/`
 //! and embeds them, with every file of the repository's `.ai/`, into the
 //! crate, so the binary carries its system space and works from any
 //! directory.
@@ -47,9 +48,13 @@ fn main() {
         ));
     }
 
-    let built = ["runtimes/Cargo.toml", "runtimes/adapters/Cargo.toml"]
-        .iter()
-        .flat_map(|workspace| rye_wasm_build::build_workspace(&root.join(workspace)));
+    let built = [
+        "runtimes/Cargo.toml",
+        "runtimes/adapters/Cargo.toml",
+        "runtimes/validators/Cargo.toml",
+    ]
+    .iter()
+    .flat_map(|workspace| rye_wasm_build::build_workspace(&root.join(workspace)));
     for component in built {
         let install = component.metadata["install"].as_str().unwrap_or_else(|| {
             panic!(

@@ -1,6 +1,7 @@
 //! `rye`: the command line of the Rye host.
 
 mod output;
+mod report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -133,9 +134,13 @@ enum Command {
         /// Unsigned items are errors, not warnings.
         #[arg(long)]
         require_signed: bool,
-        /// human or json.
+        /// human, json, sarif (SARIF 2.1.0, for code-scanning views) or
+        /// junit (JUnit XML).
         #[arg(long, default_value = "human")]
         format: String,
+        /// No progress bar (there is none in CI or off a terminal anyway).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Make, show and trust signing keys.
     Keys {
@@ -391,13 +396,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             path,
             require_signed,
             format,
+            quiet,
         } => {
             let root = match path {
                 Some(path) => std::path::absolute(path).context("the folder to validate")?,
                 None => project.clone().unwrap_or_default(),
             };
-            let options = rye_host::ValidateOptions { require_signed };
-            let report = match rye.validate_tree(&root, options) {
+            if !["human", "json", "sarif", "junit"].contains(&format.as_str()) {
+                eprintln!("error: unknown format {format:?} (human, json, sarif or junit)");
+                std::process::exit(2);
+            }
+            let bar = output::ProgressBar::new(!quiet);
+            let show = |done, total| bar.show(done, total);
+            let options = rye_host::ValidateOptions {
+                require_signed,
+                progress: bar.enabled().then_some(&show),
+            };
+            let validated = rye.validate_tree(&root, options);
+            bar.finish();
+            let report = match validated {
                 Ok(report) => report,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -406,11 +423,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             match format.as_str() {
                 "json" => output::json(&mut out, &report)?,
-                "human" => output::report(&mut out, &report)?,
-                other => {
-                    eprintln!("error: unknown format {other:?} (human or json)");
-                    std::process::exit(2);
-                }
+                "sarif" => report::sarif(&mut out, &report)?,
+                "junit" => report::junit(&mut out, &report)?,
+                _ => output::report(&mut out, &report)?,
             }
             out.flush()?;
             if report.has_errors() {

@@ -185,11 +185,57 @@ pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
         .count();
     writeln!(
         out,
-        "{}{} items, {} chains checked: {} errors, {} warnings",
+        "{}{} items, {} chains, {} validators: {} errors, {} warnings",
         if report.findings.is_empty() { "" } else { "\n" },
         report.items,
         report.chains,
+        report.validators.len(),
         errors,
         report.findings.len() - errors
     )
+}
+
+/// A progress bar on standard error: shown only on a terminal, outside CI
+/// (`CI` set), and when not asked to be quiet; redrawn at most ten times a
+/// second.
+pub struct ProgressBar {
+    enabled: bool,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl ProgressBar {
+    pub fn new(wanted: bool) -> Self {
+        use std::io::IsTerminal;
+        let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+        Self {
+            enabled: wanted && !in_ci && io::stderr().is_terminal(),
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub fn show(&self, done: usize, total: usize) {
+        let mut last = self.last.lock().expect("progress lock");
+        let now = std::time::Instant::now();
+        if done < total && last.is_some_and(|t| now - t < std::time::Duration::from_millis(100)) {
+            return;
+        }
+        *last = Some(now);
+        const WIDTH: usize = 30;
+        let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
+        eprint!(
+            "\r\x1b[2Kvalidating [{}{}] {done}/{total}",
+            "#".repeat(filled),
+            " ".repeat(WIDTH - filled)
+        );
+    }
+
+    pub fn finish(&self) {
+        if self.enabled && self.last.lock().expect("progress lock").is_some() {
+            eprint!("\r\x1b[2K");
+        }
+    }
 }

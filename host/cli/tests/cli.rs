@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use rye_test_artifacts as artifacts;
+use serde_json::{Value, json};
 
 struct Env {
     project: tempfile::TempDir,
@@ -314,6 +315,9 @@ fn execute_reads_parameters_from_stdin() {
     assert_eq!(result["data"]["stdout"], "from-stdin\n");
 }
 
+/// A tool with every field the system's validator looks for.
+const COMPLETE: &str = "\"\"\"Says hi.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\n__category__ = 'demo'\nimport json\nif __name__ == '__main__':\n    print(json.dumps({'hi': 1}))\n";
+
 const SCRIPT: &str = "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nif __name__ == '__main__':\n    print(json.dumps({'hi': 1}))\n";
 
 #[test]
@@ -447,11 +451,308 @@ fn validate_reports_each_problem_with_file_and_line_and_exits_by_severity() {
     let clean = Env::new();
     clean.ok(&["keys", "generate"]);
     clean.ok(&["keys", "trust"]);
-    clean.write(".ai/tools/demo/good.py", SCRIPT);
+    clean.write(".ai/tools/demo/good.py", COMPLETE);
     clean.ok(&["sign", "--all"]);
     let report = clean.ok(&["validate", "--require-signed"]);
     assert!(
-        report.contains("1 items, 1 chains checked: 0 errors, 0 warnings"),
+        report.contains("1 items, 1 chains, 1 validators: 0 errors, 0 warnings"),
         "{report}"
     );
+}
+
+mod common;
+
+/// Installs the component at `built` as `.ai/validators/<name>.wasm`.
+fn install_validator(env: &Env, built: &str, name: &str) {
+    let target = env
+        .project
+        .path()
+        .join(format!(".ai/validators/{name}.wasm"));
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(built, target).unwrap();
+}
+
+#[test]
+fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_validators() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    // Signed, then changed: the signature no longer matches.
+    env.write(".ai/tools/demo/tampered.py", COMPLETE);
+    env.ok(&["sign", "tool", "demo/tampered"]);
+    let tampered = env.project.path().join(".ai/tools/demo/tampered.py");
+    let text = std::fs::read_to_string(&tampered).unwrap();
+    std::fs::write(&tampered, text.replace("'hi': 1", "'hi': 2")).unwrap();
+
+    env.write(".ai/tools/demo/good.py", COMPLETE);
+    // Syntax: the parser stops at line 2, column 5.
+    env.write(".ai/tools/demo/broken.py", "x = 1\ny = $$$\n");
+    // Chain: an executor that does not exist.
+    env.write(
+        ".ai/tools/demo/orphan.py",
+        "\"\"\"Lost.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'nowhere/runtime'\n",
+    );
+    // Conflict: two files for one id.
+    env.write(".ai/tools/demo/twin.py", COMPLETE);
+    env.write(
+        ".ai/tools/demo/twin.yaml",
+        "executor_id: rye/core/primitives/execute\n",
+    );
+    // Structure: a version that is not MAJOR.MINOR.PATCH, on line 3.
+    env.write(
+        ".ai/tools/demo/version.py",
+        "\"\"\"Versioned badly.\"\"\"\n__tool_type__ = 'python'\n__version__ = '1.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
+    );
+    // config_schema that is not a JSON Schema, on line 5.
+    env.write(
+        ".ai/tools/demo/schema.py",
+        "\"\"\"Bad schema.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {'type': 'text'}\n",
+    );
+    // Runtime YAML against rye/runtime@1: config.timeout of the wrong kind.
+    env.write(
+        ".ai/tools/demo/runtime.yaml",
+        "version: '1.0.0'\ntool_type: runtime\nexecutor_id: rye/core/primitives/execute\ndescription: A runtime.\nconfig:\n  command: /bin/sh\n  timeout: soon\n",
+    );
+    // Chain rule: the element in the runtime's place says it is a tool.
+    env.write(
+        ".ai/tools/demo/middle.yaml",
+        "version: '1.0.0'\ntool_type: python\nexecutor_id: rye/core/primitives/execute\ndescription: Not a runtime.\nconfig:\n  command: /bin/true\n",
+    );
+    env.write(
+        ".ai/tools/demo/uses_middle.yaml",
+        "version: '1.0.0'\ntool_type: script\nexecutor_id: demo/middle\ndescription: Runs through a tool.\n",
+    );
+    // Policy (the project's own validator): no bash runtime.
+    env.write(
+        ".ai/tools/demo/shell.yaml",
+        "version: '1.0.0'\ntool_type: script\nexecutor_id: rye/core/runtimes/bash/bash\ndescription: A shell line.\n",
+    );
+    // Directive structure: its name is not its file's; and no permissions
+    // (the policy), both on line 2.
+    env.write(
+        ".ai/directives/demo/greet.md",
+        "```xml\n<directive name=\"hello\" version=\"1.0.0\">\n  <metadata>\n    <description>Greets.</description>\n    <author>me</author>\n  </metadata>\n</directive>\n```\nSay hello.\n",
+    );
+    // Knowledge: tags that are not a list, on line 6.
+    env.write(
+        ".ai/knowledge/demo/note.md",
+        "```yaml\nname: note\ntitle: A note\nentry_type: fact\nversion: '1.0.0'\ntags: 7\n```\nBody.\n",
+    );
+    install_validator(&env, artifacts::POLICY_VALIDATOR, "policy");
+    for (name, built) in [
+        ("hostile/loop", artifacts::VALIDATOR_LOOP),
+        ("hostile/bomb", artifacts::VALIDATOR_BOMB),
+        ("hostile/flood", artifacts::VALIDATOR_FLOOD),
+        ("hostile/panic", artifacts::VALIDATOR_PANIC),
+        ("hostile/snoop", artifacts::VALIDATOR_SNOOP),
+    ] {
+        install_validator(&env, built, name);
+    }
+
+    let out = env.rye(&["validate", "--format", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    let find = |file: &str, rule: &str| -> &Value {
+        findings
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with(file) && f["rule"] == rule)
+            .unwrap_or_else(|| panic!("no {rule} finding for {file} in {json:#}"))
+    };
+    let at = |f: &Value| {
+        (
+            f["line"].as_u64(),
+            f["severity"].as_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(
+        at(find("demo/broken.py", "parse")),
+        (Some(2), "error".into())
+    );
+    assert_eq!(find("demo/broken.py", "parse")["column"], 5);
+    assert!(
+        find("demo/tampered.py", "signature")["message"]
+            .as_str()
+            .unwrap()
+            .contains("modified")
+    );
+    assert!(
+        find("demo/orphan.py", "chain")["message"]
+            .as_str()
+            .unwrap()
+            .contains("nowhere/runtime")
+    );
+    find("demo/twin.py", "conflict");
+    assert_eq!(
+        at(find("demo/version.py", "rye/tool/version")),
+        (Some(3), "error".into())
+    );
+    assert_eq!(
+        at(find("demo/schema.py", "rye/tool/config-schema")),
+        (Some(5), "error".into())
+    );
+    assert_eq!(
+        at(find("demo/runtime.yaml", "rye/runtime/schema")),
+        (Some(7), "error".into())
+    );
+    assert_eq!(
+        at(find("demo/uses_middle.yaml", "rye/chain/runtime")).1,
+        "error"
+    );
+    assert_eq!(
+        at(find("demo/greet.md", "rye/directive/name")),
+        (Some(2), "error".into())
+    );
+    let policy = find("demo/greet.md", "policy/permissions");
+    assert_eq!(
+        (policy["line"].as_u64(), &policy["validator"]),
+        (Some(2), &json!("policy"))
+    );
+    assert_eq!(
+        find("demo/shell.yaml", "policy/no-bash")["validator"],
+        "policy"
+    );
+    assert_eq!(
+        at(find("demo/note.md", "rye/knowledge/tags")),
+        (Some(6), "error".into())
+    );
+
+    // Each hostile validator is one finding against its own file, and is
+    // not run again; the others' findings above are all there.
+    let against = |name: &str, rule: &str| -> Vec<&Value> {
+        findings
+            .iter()
+            .filter(|f| {
+                f["path"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!("validators/hostile/{name}.wasm"))
+                    && f["rule"] == rule
+            })
+            .collect()
+    };
+    let crashed = |name: &str, needle: &str| {
+        let found = against(name, "validator/crashed");
+        assert_eq!(found.len(), 1, "{name}: {found:#?}");
+        let message = found[0]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{name}: {message}");
+        assert!(message.contains("not run again"), "{message}");
+    };
+    crashed("loop", "CPU deadline");
+    crashed("bomb", "memory cap");
+    crashed("panic", "validator crashed on");
+    assert_eq!(against("flood", "validator/output").len(), 1);
+    let kept = findings
+        .iter()
+        .filter(|f| f["rule"] == "flood/noise")
+        .count();
+    assert!(kept <= 200, "flood kept {kept} findings");
+    assert!(
+        findings
+            .iter()
+            .filter(|f| f["rule"] == "flood/noise")
+            .all(|f| f["message"].as_str().unwrap().len() <= 2_004)
+    );
+
+    // The snooping validator saw nothing outside its subject.
+    let snooped = |what: &str| -> String {
+        find("demo/good.py", &format!("snoop/{what}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for what in ["read-passwd", "read-root", "read-cwd", "connect"] {
+        assert!(
+            snooped(what).starts_with("refused"),
+            "{what}: {}",
+            snooped(what)
+        );
+    }
+    assert_eq!(snooped("env"), "0");
+    assert_eq!(snooped("clock"), "0");
+
+    // The same findings, in the other formats.
+    let human = env.rye(&["validate"]);
+    assert_eq!(human.status.code(), Some(1));
+    let human = String::from_utf8(human.stdout).unwrap();
+    for needle in [
+        "2:5: error[parse]",
+        "3:1: error[rye/tool/version]",
+        "2:1: error[policy/permissions]",
+        "error[validator/crashed]: validator hostile/loop",
+        "7 validators",
+    ] {
+        assert!(human.contains(needle), "{needle:?} not in:\n{human}");
+    }
+    let sarif = env.rye(&["validate", "--format", "sarif"]);
+    assert_eq!(sarif.status.code(), Some(1));
+    let junit = env.rye(&["validate", "--format", "junit"]);
+    assert_eq!(junit.status.code(), Some(1));
+    let sarif_path = env.project.path().join("report.sarif");
+    let junit_path = env.project.path().join("report.xml");
+    std::fs::write(&sarif_path, &sarif.stdout).unwrap();
+    std::fs::write(&junit_path, &junit.stdout).unwrap();
+    let log: Value = serde_json::from_slice(&sarif.stdout).unwrap();
+    let results = log["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), findings.len());
+    let version = results
+        .iter()
+        .find(|r| r["ruleId"] == "rye/tool/version")
+        .unwrap();
+    assert_eq!(version["level"], "error");
+    let location = &version["locations"][0]["physicalLocation"];
+    assert_eq!(
+        location["artifactLocation"]["uri"],
+        ".ai/tools/demo/version.py"
+    );
+    assert_eq!(location["region"]["startLine"], 3);
+
+    match common::test_python() {
+        Some(python) => {
+            let checker =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reports/check_reports.py");
+            let checked = Command::new(python)
+                .arg(checker)
+                .arg(&sarif_path)
+                .arg(&junit_path)
+                .output()
+                .unwrap();
+            assert!(
+                checked.status.success(),
+                "the SARIF log breaks the OASIS schema:\n{}",
+                String::from_utf8_lossy(&checked.stderr)
+            );
+            let summary: Value = serde_json::from_slice(&checked.stdout).unwrap();
+            assert_eq!(summary["sarif_errors"], 0);
+            assert!(
+                summary["sarif_schema"]
+                    .as_str()
+                    .unwrap()
+                    .contains("sarif-schema-2.1.0")
+            );
+            let cases = summary["junit"]["cases"].as_array().unwrap();
+            let case = |name: &str| {
+                cases
+                    .iter()
+                    .find(|c| c["name"] == name)
+                    .unwrap_or_else(|| panic!("no test case {name} in {summary:#}"))
+            };
+            assert_eq!(case(".ai/tools/demo/good.py")["failed"], false);
+            assert_eq!(case(".ai/tools/demo/version.py")["failed"], true);
+            assert!(
+                case(".ai/tools/demo/version.py")["failure"]
+                    .as_str()
+                    .unwrap()
+                    .contains("3:1: error[rye/tool/version]")
+            );
+            assert_eq!(case(".ai/validators/hostile/loop.wasm")["failed"], true);
+            assert!(summary["junit"]["failures"].as_u64().unwrap() >= 12);
+        }
+        None => eprintln!("SKIPPED the SARIF schema check: no python3 on this machine"),
+    }
 }

@@ -11,6 +11,8 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
+mod common;
+
 struct Env {
     project: tempfile::TempDir,
     home: tempfile::TempDir,
@@ -212,45 +214,9 @@ async fn wait_for_pid(path: &Path) -> u32 {
     panic!("the tool never started")
 }
 
-/// A Python interpreter with the `mcp` package: `RYE_TEST_MCP_PYTHON`
-/// (`.ci/run` sets it), else a virtual environment made under the target
-/// folder on first use. `None` when there is no Python at all.
-fn mcp_python() -> Option<PathBuf> {
-    if let Some(python) = std::env::var_os("RYE_TEST_MCP_PYTHON") {
-        return Some(PathBuf::from(python));
-    }
-    let python3 = Command::new("python3").arg("--version").output();
-    if !python3.is_ok_and(|o| o.status.success()) {
-        return None;
-    }
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
-    let python = venv.join("bin/python");
-    let has_mcp = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !has_mcp(&python) {
-        let made = Command::new("python3")
-            .arg("-m")
-            .arg("venv")
-            .arg(&venv)
-            .status()
-            .unwrap();
-        assert!(made.success(), "python3 -m venv {} failed", venv.display());
-        let installed = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "mcp>=1.30,<2"])
-            .status()
-            .unwrap();
-        assert!(installed.success(), "pip install mcp failed");
-    }
-    Some(python)
-}
-
 #[test]
 fn the_python_mcp_client_drives_rye_serve() {
-    let Some(python) = mcp_python() else {
+    let Some(python) = common::test_python() else {
         eprintln!("SKIPPED the Python MCP client checks: no python3 on this machine");
         return;
     };
@@ -376,7 +342,7 @@ fn http_checks_token_host_and_origin() {
 
 #[test]
 fn over_http_the_python_client_works_200_concurrent_calls_answer_and_cancelling_kills() {
-    let Some(python) = mcp_python() else {
+    let Some(python) = common::test_python() else {
         eprintln!("SKIPPED the Python MCP client checks over HTTP: no python3 on this machine");
         return;
     };

@@ -14,3 +14,10 @@ pub(crate) mod adapter {
         path: "../../wit/rye-plugin@0.1.0",
     });
 }
+
+pub(crate) mod validator {
+    wasmtime::component::bindgen!({
+        world: "validator",
+        path: "../../wit/rye-plugin@0.1.0",
+    });
+}

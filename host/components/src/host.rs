@@ -91,8 +91,7 @@ pub struct LoadedComponent {
 pub(crate) enum Pre {
     Parser(bindings::parser::ParserPre<CallState>),
     Adapter(bindings::adapter::RuntimeAdapterPre<CallState>),
-    /// Checked and linked; its calls belong to later parts of the host.
-    Other,
+    Validator(bindings::validator::ValidatorPre<CallState>),
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -259,6 +258,7 @@ impl ComponentHost {
             }
         };
         self.check_world(&component, world)?;
+        check_imports(&component, &self.engine, world)?;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -272,7 +272,10 @@ impl ComponentHost {
                 bindings::adapter::RuntimeAdapterPre::new(instance_pre)
                     .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
             ),
-            World::Validator => Pre::Other,
+            World::Validator => Pre::Validator(
+                bindings::validator::ValidatorPre::new(instance_pre)
+                    .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
+            ),
         };
         Ok(LoadedComponent {
             path: path.to_owned(),
@@ -351,6 +354,26 @@ impl ComponentHost {
             message,
             stderr: store.data().stderr_text(),
         }
+    }
+}
+
+/// Only a runtime adapter may ask the host questions; a parser or validator
+/// that imports `rye:plugin/host` wants more than its world grants.
+fn check_imports(
+    component: &Component,
+    engine: &Engine,
+    world: World,
+) -> Result<(), ComponentErrorKind> {
+    if world == World::RuntimeAdapter {
+        return Ok(());
+    }
+    let ty = component.component_type();
+    let mut imports = ty.imports(engine).map(|(name, _)| name);
+    match imports.find(|name| name.starts_with("rye:plugin/host")) {
+        Some(name) => Err(ComponentErrorKind::Import(format!(
+            "{name} is granted only to runtime adapters, not to a {world} component"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -34,6 +34,7 @@ mod host;
 mod limits;
 mod parse;
 mod sandbox;
+mod validate;
 mod world;
 
 pub use adapter::{
@@ -44,5 +45,8 @@ pub use host::{ComponentHost, HostConfig, LoadedComponent, Origin};
 pub use limits::Limits;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
+};
+pub use validate::{
+    ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, Subject, Validated, ValidatorInfo,
 };
 pub use world::{CONTRACT_PACKAGE, CONTRACT_VERSION, World};

@@ -9,7 +9,8 @@ use crate::host::{ComponentHost, LoadedComponent, Pre};
 use crate::world::World;
 
 /// Item kinds as the contract names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PluginKind {
     Directive,
     Tool,

@@ -50,6 +50,9 @@ pub enum HostError {
         error: rye_integrity::IntegrityError,
     },
 
+    #[error("{}: refused by a validator: {report}", path.display())]
+    Validation { path: PathBuf, report: String },
+
     #[error("{0}")]
     Invalid(String),
 }
@@ -60,6 +63,7 @@ impl HostError {
         match self {
             HostError::Integrity { .. } => "integrity",
             HostError::Chain(_) => "chain",
+            HostError::Validation { .. } => "validation",
             HostError::Component(_) => "component",
             HostError::Space(_) => "resolution",
             _ => "host",

@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rye_components::{
-    ComponentError, PlanElement, PlanRequest, PlannedProcess, PluginSpace, World,
-};
+use rye_components::{ComponentError, PlanElement, PlanRequest, PlannedProcess, World};
 use rye_integrity::TrustStore;
 use rye_process::{Capture, Outcome, Plan};
 use rye_space::{ItemKind, Space, Spaces};
@@ -58,14 +56,6 @@ impl ExecuteRequest {
             dry_run: false,
             trace: false,
         }
-    }
-}
-
-fn space_of(space: Space) -> PluginSpace {
-    match space {
-        Space::Project => PluginSpace::Project,
-        Space::User => PluginSpace::User,
-        Space::System => PluginSpace::System,
     }
 }
 
@@ -173,6 +163,32 @@ impl Rye {
             trace.push(
                 json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "used"}),
             );
+        }
+        let tool = chain.tool();
+        let validated = blocking(|| {
+            self.enforce_validators(
+                &spaces,
+                &trust,
+                crate::validators::ItemRef {
+                    kind: ItemKind::Tool,
+                    id: &tool.item_id,
+                    space: tool.space,
+                    path: &tool.path,
+                    content_hash: tool.content_hash,
+                },
+                Some(&chain),
+            )
+        });
+        match validated {
+            Ok(findings) => {
+                if let Some(refused) = crate::validators::refusal(&findings) {
+                    return fail(&refused, &trace, &warnings);
+                }
+                if request.trace {
+                    trace.push(json!({"step": "validate", "item_id": request.id, "findings": findings.len()}));
+                }
+            }
+            Err(e) => return fail(&e, &trace, &warnings),
         }
         if request.dry_run {
             let mut result = json!({
@@ -430,7 +446,12 @@ impl Rye {
             config_dirs: spaces
                 .roots()
                 .iter()
-                .map(|r| (space_of(r.space), r.ai_dir.join("config")))
+                .map(|r| {
+                    (
+                        crate::validators::plugin_space(r.space),
+                        r.ai_dir.join("config"),
+                    )
+                })
                 .collect::<HashMap<_, _>>(),
             log,
             trust: self.integrity.policy.enforce.then(|| trust.clone()),
@@ -441,7 +462,7 @@ impl Rye {
                 .iter()
                 .map(|e| PlanElement {
                     item_id: e.item_id.clone(),
-                    space: space_of(e.space),
+                    space: crate::validators::plugin_space(e.space),
                     path: e.path.clone(),
                     metadata: Value::Object(e.metadata.clone()),
                 })

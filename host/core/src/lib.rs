@@ -27,6 +27,7 @@ mod search;
 mod services;
 mod sign;
 mod validate;
+mod validators;
 
 pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::RyeConfig;
@@ -46,3 +47,4 @@ pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
 pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile};
 pub use validate::{Finding, Report, ValidateOptions};
+pub use validators::{VALIDATORS_DIR, Validator};

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rye_components::{
-    ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument, PluginKind, World,
+    ComponentError, ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument,
+    ValidatorInfo, World,
 };
 use rye_space::{Extractors, FileStamp, ItemKind, ListingCache, Space, Spaces, same_dir};
 use sha2::{Digest, Sha256};
@@ -48,6 +49,11 @@ pub struct Rye {
     extractor_cache: Mutex<ExtractorCache>,
     pub(crate) integrity: crate::integrity::IntegrityState,
     pub(crate) key_dir: Option<PathBuf>,
+    /// What each validator component says of itself, by content hash.
+    pub(crate) validator_info: Mutex<HashMap<[u8; 32], Result<ValidatorInfo, ComponentError>>>,
+    /// Validation results for `execute` and `sign`: by the validators'
+    /// hashes and the subjects'.
+    pub(crate) validations: Mutex<Generational<[u8; 32], Arc<Vec<crate::Finding>>>>,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
@@ -97,6 +103,10 @@ impl Rye {
             extractor_cache: Mutex::default(),
             integrity: crate::integrity::IntegrityState::new(config.integrity, config.trusted_keys),
             key_dir,
+            validator_info: Mutex::default(),
+            validations: Mutex::new(Generational::new(
+                crate::validators::VALIDATION_CACHE_ENTRIES,
+            )),
         })
     }
 
@@ -233,7 +243,7 @@ impl Rye {
             Some(outcome) => outcome,
             None => {
                 let request = ParseRequest {
-                    kind: plugin_kind(kind),
+                    kind: crate::validators::plugin_kind(kind),
                     item_id: id,
                     file_name: &key.file_name,
                     content: &content,
@@ -326,14 +336,5 @@ impl ParserLookup {
                 searched,
             }),
         }
-    }
-}
-
-fn plugin_kind(kind: ItemKind) -> PluginKind {
-    match kind {
-        ItemKind::Directive => PluginKind::Directive,
-        ItemKind::Tool => PluginKind::Tool,
-        ItemKind::Knowledge => PluginKind::Knowledge,
-        ItemKind::Config => PluginKind::Config,
     }
 }

@@ -249,7 +249,23 @@ impl Rye {
                 parsed.parser
             )));
         }
-        let trusted = self.trust_store(spaces).get(key.fingerprint()).is_some();
+        let trust = self.trust_store(spaces);
+        let findings = self.enforce_validators(
+            spaces,
+            &trust,
+            crate::validators::ItemRef {
+                kind,
+                id,
+                space,
+                path,
+                content_hash: parsed.content_hash,
+            },
+            None,
+        )?;
+        if let Some(refused) = crate::validators::refusal(&findings) {
+            return Err(refused);
+        }
+        let trusted = trust.get(key.fingerprint()).is_some();
         let already = verify_text(&parsed.content, kind, &format, &only(key))
             .ok()
             .filter(|v| v.uncovered.is_none());

@@ -27,6 +27,9 @@ pub struct Finding {
     /// parser's own rule name.
     pub rule: String,
     pub message: String,
+    /// The validator component that reported it (or that it is about).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validator: Option<String>,
 }
 
 /// What a validation run found.
@@ -36,8 +39,13 @@ pub struct Report {
     pub root: PathBuf,
     pub items: usize,
     pub chains: usize,
+    /// The validators run: name, version, space and file.
+    pub validators: Vec<ValidatorSummary>,
     /// Sorted by path, then line.
     pub findings: Vec<Finding>,
+    /// Every item file checked, in order.
+    #[serde(skip)]
+    pub checked: Vec<PathBuf>,
 }
 
 impl Report {
@@ -47,11 +55,23 @@ impl Report {
     }
 }
 
-/// How strict a validation run is.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ValidateOptions {
+/// A validator that took part in a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidatorSummary {
+    pub name: String,
+    pub version: String,
+    pub space: Space,
+    pub path: PathBuf,
+}
+
+/// How strict a validation run is, and who hears of its progress.
+#[derive(Clone, Copy, Default)]
+pub struct ValidateOptions<'a> {
     /// An unsigned item is an error rather than a warning.
     pub require_signed: bool,
+    /// Called with (files checked, files in all) as the run goes, from
+    /// any of its threads.
+    pub progress: Option<&'a (dyn Fn(usize, usize) + Sync)>,
 }
 
 impl Rye {
@@ -61,7 +81,7 @@ impl Rye {
     pub fn validate_tree(
         &self,
         root: &Path,
-        options: ValidateOptions,
+        options: ValidateOptions<'_>,
     ) -> Result<Report, HostError> {
         let ai = root.join(".ai");
         if !ai.is_dir() {
@@ -92,13 +112,17 @@ impl Rye {
                             item.id,
                             rye_space::display_paths(&item.conflicts)
                         ),
+                        validator: None,
                     });
                 }
             }
         }
         items.sort_by(|a, b| a.2.cmp(&b.2));
         let trust = self.trust_store(&spaces);
+        let validators =
+            self.validator_set(&spaces, &trust, crate::validators::Admission::Sandboxed)?;
         let findings = Mutex::new(conflicts);
+        let done = std::sync::atomic::AtomicUsize::new(0);
         let chains = std::sync::atomic::AtomicUsize::new(0);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let workers = std::thread::available_parallelism()
@@ -114,7 +138,7 @@ impl Rye {
                             break;
                         };
                         let mut found = Vec::new();
-                        self.check_item(
+                        let parsed = self.check_item(
                             &spaces,
                             &extractors,
                             &trust,
@@ -123,12 +147,18 @@ impl Rye {
                             options,
                             &mut found,
                         );
+                        if let Some(parsed) = &parsed
+                            && let Ok(document) = parsed.outcome.as_ref()
+                        {
+                            validators.check_item(self, parsed, &document.document, &mut found);
+                        }
                         if *kind == ItemKind::Tool
                             && found.iter().all(|f| f.severity != Severity::Error)
                         {
                             chains.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            if let Err(e) = self.build_chain(&spaces, &extractors, &trust, id) {
-                                found.push(Finding {
+                            match self.build_chain(&spaces, &extractors, &trust, id) {
+                                Ok(chain) => validators.check_chain(self, &chain, &mut found),
+                                Err(e) => found.push(Finding {
                                     path: path.clone(),
                                     line: None,
                                     column: None,
@@ -140,22 +170,46 @@ impl Rye {
                                     }
                                     .into(),
                                     message: e.to_string(),
-                                });
+                                    validator: None,
+                                }),
                             }
                         }
                         findings.lock().expect("findings lock").extend(found);
+                        let done = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        if let Some(progress) = options.progress {
+                            progress(done, items.len());
+                        }
                     }
                 });
             }
         });
         let mut findings = findings.into_inner().expect("findings lock");
+        findings.extend(
+            validators
+                .findings
+                .into_inner()
+                .expect("validator findings lock"),
+        );
         findings.sort_by(|a, b| (&a.path, a.line, &a.rule).cmp(&(&b.path, b.line, &b.rule)));
-        findings.dedup_by(|a, b| a.path == b.path && a.message == b.message);
+        findings.dedup_by(|a, b| {
+            a.path == b.path && a.rule == b.rule && a.line == b.line && a.message == b.message
+        });
         Ok(Report {
             root: root.to_owned(),
             items: items.len(),
             chains: chains.into_inner(),
+            validators: validators
+                .validators
+                .iter()
+                .map(|v| ValidatorSummary {
+                    name: v.name.clone(),
+                    version: v.info.version.clone(),
+                    space: v.space,
+                    path: v.path.clone(),
+                })
+                .collect(),
             findings,
+            checked: items.into_iter().map(|(_, _, path)| path).collect(),
         })
     }
 
@@ -170,9 +224,9 @@ impl Rye {
         trust: &rye_integrity::TrustStore,
         parsers: &mut ParserLookup,
         item: (ItemKind, &String, &PathBuf),
-        options: ValidateOptions,
+        options: ValidateOptions<'_>,
         found: &mut Vec<Finding>,
-    ) {
+    ) -> Option<crate::ParsedItem> {
         let (kind, id, path) = item;
         let finding =
             |severity, rule: &str, message: String, at: Option<rye_components::Position>| Finding {
@@ -182,12 +236,13 @@ impl Rye {
                 severity,
                 rule: rule.into(),
                 message,
+                validator: None,
             };
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) => {
                 found.push(finding(Severity::Error, "read", e.to_string(), None));
-                return;
+                return None;
             }
         };
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
@@ -242,20 +297,26 @@ impl Rye {
             (kind, id, Space::Project, path),
             bytes,
         ) {
-            Ok(parsed) => match parsed.outcome.as_ref() {
-                Ok(document) => {
-                    for d in &document.diagnostics {
-                        found.push(finding(d.severity, &d.rule, d.message.clone(), d.at));
+            Ok(parsed) => {
+                match parsed.outcome.as_ref() {
+                    Ok(document) => {
+                        for d in &document.diagnostics {
+                            found.push(finding(d.severity, &d.rule, d.message.clone(), d.at));
+                        }
                     }
+                    Err(failure) => found.push(finding(
+                        Severity::Error,
+                        "parse",
+                        failure.to_string(),
+                        failure.position(),
+                    )),
                 }
-                Err(failure) => found.push(finding(
-                    Severity::Error,
-                    "parse",
-                    failure.to_string(),
-                    failure.position(),
-                )),
-            },
-            Err(e) => found.push(finding(Severity::Error, "parse", e.to_string(), None)),
+                Some(parsed)
+            }
+            Err(e) => {
+                found.push(finding(Severity::Error, "parse", e.to_string(), None));
+                None
+            }
         }
     }
 }

