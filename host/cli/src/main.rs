@@ -1,5 +1,6 @@
 //! `rye`: the command line of the Rye host.
 
+mod component;
 mod output;
 mod report;
 
@@ -142,6 +143,11 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Write, build and inspect plugin components.
+    Component {
+        #[command(subcommand)]
+        action: ComponentAction,
+    },
     /// Make, show and trust signing keys.
     Keys {
         #[command(subcommand)]
@@ -179,6 +185,35 @@ enum Command {
         #[arg(long)]
         refresh: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ComponentAction {
+    /// Write a new component crate on the guest SDK: parser,
+    /// runtime-adapter or validator.
+    New {
+        world: String,
+        name: String,
+        /// Where to write it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build the crate in DIR for wasm32-wasip2, check that it loads as its
+    /// world, install it under the space's .ai/ and sign it when a signing
+    /// key exists.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// project or user.
+        #[arg(long, default_value = "project")]
+        space: Space,
+        /// The name to install it under (default: the crate's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Show a component's world, contract version, imports, exports and
+    /// size, and whether this host would load it.
+    Inspect { file: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -256,6 +291,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // tears the watches down at exit) than it could save. A server keeps
     // its watches.
     config.watch = matches!(cli.command, Command::Serve { .. });
+    config.snapshot = !config.watch;
     if cli.allow_unsigned_project {
         config.integrity.allow_unsigned_project = true;
     }
@@ -432,6 +468,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return Err(Failed.into());
             }
         }
+        Command::Component { action } => match action {
+            ComponentAction::New { world, name, dir } => {
+                let world = component::world_named(&world)?;
+                let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+                component::new(world, &name, &dir, &mut out)?;
+            }
+            ComponentAction::Build { dir, space, name } => {
+                component::build(
+                    &rye,
+                    project.as_deref(),
+                    &dir,
+                    space,
+                    name.as_deref(),
+                    &mut out,
+                )?;
+            }
+            ComponentAction::Inspect { file } => {
+                component::inspect(rye.components(), &file, cli.json, &mut out)?;
+            }
+        },
         Command::Keys { action } => keys(
             &rye,
             key_dir,

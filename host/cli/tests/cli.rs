@@ -44,9 +44,15 @@ impl Env {
     }
 
     fn command(&self, command: &mut Command) -> Output {
+        self.command_with(command, &[])
+    }
+
+    /// Runs `command` in the project with a clean environment plus `extra`.
+    fn command_with(&self, command: &mut Command, extra: &[(&str, std::ffi::OsString)]) -> Output {
         command
             .current_dir(self.project.path())
             .env_clear()
+            .envs(extra.iter().map(|(k, v)| (k, v)))
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("RYE_CACHE_DIR", &self.cache)
@@ -755,4 +761,139 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
         }
         None => eprintln!("SKIPPED the SARIF schema check: no python3 on this machine"),
     }
+}
+
+/// `rye` with what cargo needs to build a component: the real cargo and
+/// rustup homes (the test's HOME is a throwaway), the toolchain in use,
+/// and a target folder shared by the tests of this run.
+fn rye_with_cargo(env: &Env, args: &[&str]) -> Output {
+    let real_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    command.args(args);
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".cargo"));
+    let rustup_home = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".rustup"));
+    env.command_with(
+        &mut command,
+        &[
+            ("CARGO_HOME", cargo_home.into_os_string()),
+            ("RUSTUP_HOME", rustup_home.into_os_string()),
+            (
+                "CARGO_TARGET_DIR",
+                PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                    .join("scaffolds")
+                    .into_os_string(),
+            ),
+            (
+                "RUSTUP_TOOLCHAIN",
+                std::env::var_os("RUSTUP_TOOLCHAIN").unwrap_or("1.95.0".into()),
+            ),
+        ],
+    )
+}
+
+#[test]
+fn component_new_build_and_inspect_make_working_components_of_every_world() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let work = tempfile::tempdir().unwrap();
+    for (world, name) in [
+        ("validator", "needs-description"),
+        ("parser", "key-value"),
+        ("runtime-adapter", "run-with"),
+    ] {
+        let dir = work.path().join(name);
+        let made = env.ok(&[
+            "component",
+            "new",
+            world,
+            name,
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(made.contains("rye component build"), "{made}");
+        let built = rye_with_cargo(&env, &["component", "build", dir.to_str().unwrap()]);
+        assert!(
+            built.status.success(),
+            "building the {world} scaffold failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let built = String::from_utf8(built.stdout).unwrap();
+        assert!(built.contains("signed:"), "{built}");
+    }
+    let installed = env
+        .project
+        .path()
+        .join(".ai/validators/needs-description.wasm");
+    let inspected = env.json(&["component", "inspect", installed.to_str().unwrap()]);
+    assert_eq!(inspected["world"], "validator", "{inspected:#}");
+    assert_eq!(inspected["contract_version"], "0.1.0");
+    assert_eq!(inspected["loads"], true);
+    assert!(
+        inspected["exports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("rye:plugin/validation@0.1.0"))
+    );
+    assert!(inspected["imports"].as_array().unwrap().iter().all(|i| {
+        let i = i.as_str().unwrap();
+        i.starts_with("wasi:") || i == "rye:plugin/types@0.1.0"
+    }));
+    assert!(inspected["size"].as_u64().unwrap() > 1000);
+    let human = env.ok(&[
+        "component",
+        "inspect",
+        env.project
+            .path()
+            .join(".ai/adapters/run-with.wasm")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert!(
+        human.contains("runtime-adapter (rye:plugin@0.1.0)"),
+        "{human}"
+    );
+    assert!(human.contains("loads     yes"), "{human}");
+
+    // The new validator takes part at once: in validate, and on sign.
+    env.write(".ai/tools/demo/bare.py", SCRIPT);
+    let report = env.rye(&["validate"]);
+    assert_eq!(report.status.code(), Some(1));
+    let report = String::from_utf8(report.stdout).unwrap();
+    assert!(
+        report.contains("error[needs-description/description]: tool demo/bare has no description"),
+        "{report}"
+    );
+    let refused = env.rye(&["sign", "tool", "demo/bare"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let refused = String::from_utf8(refused.stdout).unwrap();
+    assert!(
+        refused.contains("needs-description/description"),
+        "{refused}"
+    );
+
+    // A core module, or a file that is no component, is named as such.
+    let not_wasm = env.write("junk.wasm", "not wasm");
+    let out = env.rye(&["component", "inspect", not_wasm.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a WebAssembly file"));
+    let taken = env.rye(&[
+        "component",
+        "new",
+        "parser",
+        "again",
+        "--dir",
+        work.path().join("key-value").to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("not empty"));
+    let unknown = env.rye(&["component", "new", "linker", "x"]);
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("parser, runtime-adapter or validator")
+    );
 }

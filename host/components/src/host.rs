@@ -460,3 +460,81 @@ fn start_epoch_ticker(engine: &Engine) {
         })
         .expect("spawning the epoch thread");
 }
+
+/// What a component file is, as `rye component inspect` shows it.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub path: PathBuf,
+    pub size: u64,
+    /// SHA-256 of the file.
+    pub hash: [u8; 32],
+    /// The world its exports make it, if any.
+    pub world: Option<World>,
+    /// The `rye:plugin` version of its exports.
+    pub contract_version: Option<String>,
+    pub exports: Vec<String>,
+    pub imports: Vec<String>,
+    /// Whether this host would load it as its world; the error says why not.
+    pub loads: Result<(), ComponentErrorKind>,
+}
+
+impl ComponentHost {
+    /// Reads what the component at `path` exports and imports, and checks
+    /// that this host would load it as the world its exports name.
+    pub fn inspect(&self, path: &Path) -> Result<Inspection, ComponentError> {
+        let fail = |kind| ComponentError {
+            path: path.to_owned(),
+            kind,
+        };
+        let bytes = std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?;
+        check_header(&bytes).map_err(fail)?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let component = match self
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&self.engine, &hash))
+        {
+            Some(component) => component,
+            None => {
+                let component = Component::new(&self.engine, &bytes)
+                    .map_err(|e| fail(ComponentErrorKind::Invalid(format!("{e:#}"))))?;
+                if let Some(cache) = &self.cache {
+                    cache.store(&component, &hash);
+                }
+                component
+            }
+        };
+        let ty = component.component_type();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        let imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        let contract = contract_exports(exports.iter().map(String::as_str));
+        let own = contract.iter().find(|e| e.world.is_some());
+        let world = own.and_then(|e| e.world);
+        let loads = match world {
+            Some(world) => self.load(path, world).map(|_| ()).map_err(|e| e.kind),
+            None => Err(ComponentErrorKind::WrongWorld {
+                expected: "parser, runtime-adapter or validator".into(),
+                found: contract
+                    .iter()
+                    .map(|e| format!("rye:plugin/{}@{}", e.interface, e.version))
+                    .collect(),
+            }),
+        };
+        Ok(Inspection {
+            path: path.to_owned(),
+            size: bytes.len() as u64,
+            hash,
+            world,
+            contract_version: own.map(|e| e.version.clone()),
+            exports,
+            imports,
+            loads,
+        })
+    }
+}

@@ -41,7 +41,7 @@ pub use adapter::{
     AdapterServices, PlanElement, PlanFailure, PlanRequest, PlannedProcess, PluginSpace,
 };
 pub use error::{ComponentError, ComponentErrorKind};
-pub use host::{ComponentHost, HostConfig, LoadedComponent, Origin};
+pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin};
 pub use limits::Limits;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,

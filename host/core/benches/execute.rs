@@ -41,6 +41,7 @@ fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
             ..HostConfig::default()
         },
         watch: true,
+        snapshot: false,
         integrity: IntegrityPolicy {
             enforce: verify,
             ..IntegrityPolicy::default()

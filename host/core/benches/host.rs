@@ -88,6 +88,7 @@ fn config(cache: &Path) -> RyeConfig {
             ..HostConfig::default()
         },
         watch: true,
+        snapshot: false,
         integrity: IntegrityPolicy::default(),
         trusted_keys: Vec::new(),
         signing_key_dir: None,

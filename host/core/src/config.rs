@@ -20,6 +20,11 @@ pub struct RyeConfig {
     /// from disk while nothing changed (Linux). Worth it for a long-running
     /// host; a one-shot command should turn it off.
     pub watch: bool,
+    /// Without watching: list each tree once and keep the listing for the
+    /// life of the host. For a one-shot command over a tree nobody changes
+    /// while it runs; a validation of thousands of tools would otherwise
+    /// walk the trees for every chain.
+    pub snapshot: bool,
     /// What is demanded of signatures.
     pub integrity: IntegrityPolicy,
     /// Keys trusted in addition to the system key and the spaces'
@@ -69,6 +74,7 @@ impl RyeConfig {
             system_base,
             components,
             watch: true,
+            snapshot: false,
             integrity: IntegrityPolicy {
                 allow_unsigned_project: std::env::var("RYE_ALLOW_UNSIGNED_PROJECT")
                     .is_ok_and(|v| v == "1"),

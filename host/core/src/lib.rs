@@ -39,11 +39,11 @@ pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};
 pub use rye_components::{
-    ComponentError, ComponentErrorKind, Diagnostic, HostConfig, Limits, ParseFailure,
-    ParsedDocument, Position, Severity,
+    CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,
+    Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,
 };
 pub use rye_integrity;
-pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces};
+pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, validate_plugin_name};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
 pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile};
 pub use validate::{Finding, Report, ValidateOptions};

@@ -95,6 +95,8 @@ impl Rye {
             index: Mutex::default(),
             listings: if config.watch {
                 ListingCache::new()
+            } else if config.snapshot {
+                ListingCache::snapshot()
             } else {
                 ListingCache::unwatched()
             },

@@ -31,6 +31,10 @@ pub struct ListingCache {
     /// up watches, and the kernel tearing them down at exit, costs more
     /// than it saves).
     unwatched: bool,
+    /// Each tree is listed once and its listing kept for the life of the
+    /// cache: for one command in one process, over a tree nobody changes
+    /// meanwhile.
+    snapshot: bool,
 }
 
 /// A tree is a kind's folder listed for a set of extensions.
@@ -59,6 +63,17 @@ impl ListingCache {
             ..Self::default()
         }
     }
+
+    /// A cache that lists each tree once and never looks again: for a
+    /// one-shot command (a `validate` builds thousands of chains, each of
+    /// which would otherwise walk the trees it resolves through).
+    pub fn snapshot() -> Self {
+        Self {
+            unwatched: true,
+            snapshot: true,
+            ..Self::default()
+        }
+    }
 }
 
 impl Spaces {
@@ -84,6 +99,11 @@ impl Spaces {
             .clone();
         let mut tree = tree.lock().expect("listing lock");
 
+        if cache.snapshot
+            && let Some(listed) = &tree.listed
+        {
+            return Ok(listed.clone());
+        }
         if let Some(listed) = tree.fresh()
             && let Some(listed) = refresh_links(&mut tree, listed)
         {

@@ -46,6 +46,7 @@ pub fn config(user: &Path, system: Option<&Path>) -> RyeConfig {
             ..HostConfig::default()
         },
         watch: true,
+        snapshot: false,
         integrity: IntegrityPolicy::default(),
         trusted_keys: vec![(test_key().public().clone(), "test".into())],
         signing_key_dir: None,

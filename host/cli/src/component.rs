@@ -1,0 +1,454 @@
+//! `rye component new | build | inspect`: the author's workflow.
+//!
+//! `new` writes a crate that builds on its own: the guest SDK and the WIT
+//! contract this binary was built with are copied into its `vendor/`
+//! folder, so the component is built against exactly the contract the host
+//! that made it implements. `build` runs cargo for `wasm32-wasip2`, checks
+//! the result loads as its world, installs it under the space's `.ai/` and
+//! signs it when a signing key exists. `inspect` reads any component file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use rye_host::{ComponentHost, Rye, Signable, Space, World};
+
+/// The guest SDK and contract sources, as this binary was built with them.
+const SDK_SOURCES: &[(&str, &str)] = &[
+    (
+        "rye-guest/src/lib.rs",
+        include_str!("../../../guest-sdk/src/lib.rs"),
+    ),
+    (
+        "rye-guest/src/parser.rs",
+        include_str!("../../../guest-sdk/src/parser.rs"),
+    ),
+    (
+        "rye-guest/src/adapter.rs",
+        include_str!("../../../guest-sdk/src/adapter.rs"),
+    ),
+    (
+        "rye-guest/src/validator.rs",
+        include_str!("../../../guest-sdk/src/validator.rs"),
+    ),
+    (
+        "rye-guest/src/diagnostics.rs",
+        include_str!("../../../guest-sdk/src/diagnostics.rs"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/types.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/types.wit"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/parsing.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/parsing.wit"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/planning.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/planning.wit"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/validation.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/validation.wit"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/worlds.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/worlds.wit"),
+    ),
+];
+
+/// The vendored SDK's manifest: the workspace's `guest-sdk/Cargo.toml`
+/// with what it inherits from the workspace written out.
+const SDK_MANIFEST: &str = r#"[package]
+name = "rye-guest"
+description = "Write Rye plugins (parsers, runtime adapters, validators) as WebAssembly components"
+version = "0.1.0"
+edition = "2024"
+rust-version = "1.95"
+license = "Apache-2.0"
+publish = false
+
+[features]
+parser = []
+runtime-adapter = []
+validator = []
+
+[dependencies]
+wit-bindgen = "0.63"
+serde_json = { version = "1", features = ["preserve_order", "float_roundtrip"] }
+"#;
+
+/// The world a scaffold implements, and where its components install.
+pub fn world_named(name: &str) -> Result<World> {
+    Ok(match name {
+        "parser" => World::Parser,
+        "runtime-adapter" | "adapter" => World::RuntimeAdapter,
+        "validator" => World::Validator,
+        other => bail!("unknown world {other:?}: parser, runtime-adapter or validator"),
+    })
+}
+
+fn folder(world: World) -> &'static str {
+    match world {
+        World::Parser => "parsers",
+        World::RuntimeAdapter => "adapters",
+        World::Validator => "validators",
+    }
+}
+
+fn feature(world: World) -> &'static str {
+    world.name()
+}
+
+/// Writes a new component crate `name` for `world` in `dir`.
+pub fn new(world: World, name: &str, dir: &Path, out: &mut impl Write) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !valid {
+        bail!(
+            "{name:?} is not a crate name: lowercase letters, digits, - and _, starting with a letter"
+        );
+    }
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        bail!("{}: already exists and is not empty", dir.display());
+    }
+    let install = format!("{}/{name}.wasm", folder(world));
+    let manifest = format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+# `rye component build` installs the component here, under a space's .ai/.
+[package.metadata.rye]
+install = "{install}"
+
+[dependencies]
+rye-guest = {{ path = "vendor/rye-guest", features = ["{feature}"] }}
+
+# A component of its own, not a member of an enclosing workspace.
+[workspace]
+
+[profile.release]
+opt-level = "s"
+debug = false
+strip = "debuginfo"
+"#,
+        feature = feature(world),
+    );
+    let mut files: Vec<(PathBuf, String)> = vec![
+        (dir.join("Cargo.toml"), manifest),
+        (dir.join("src/lib.rs"), template(world, name)),
+        (dir.join(".gitignore"), "/target\n".into()),
+        (dir.join("vendor/rye-guest/Cargo.toml"), SDK_MANIFEST.into()),
+    ];
+    for (relative, text) in SDK_SOURCES {
+        files.push((dir.join("vendor").join(relative), (*text).to_owned()));
+    }
+    for (path, text) in &files {
+        std::fs::create_dir_all(path.parent().expect("a file in a folder"))
+            .with_context(|| format!("creating {}", path.display()))?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    writeln!(
+        out,
+        "created {} ({} component)",
+        dir.display(),
+        world.name()
+    )?;
+    writeln!(out, "  src/lib.rs       the component; edit it")?;
+    writeln!(
+        out,
+        "  vendor/          the guest SDK and rye:plugin@{} contract",
+        rye_host::CONTRACT_VERSION
+    )?;
+    writeln!(
+        out,
+        "build and install it with: rye component build {}",
+        dir.display()
+    )?;
+    Ok(())
+}
+
+fn template(world: World, name: &str) -> String {
+    match world {
+        World::Parser => format!(
+            r#"//! {name}: a parser component. It reads `key = value` lines into
+//! tool metadata; install it, then map an extension to it in a tool
+//! extractor (`parsers: {{".kv": "{name}"}}`).
+
+use rye_guest::parser::{{Diagnostic, ParseError, ParseInput, Parsed, Parser}};
+use rye_guest::serde_json::{{Map, Value}};
+
+struct KeyValue;
+
+impl Parser for KeyValue {{
+    fn parse(input: ParseInput) -> Result<Parsed, ParseError> {{
+        let mut document = Map::new();
+        let mut diagnostics = Vec::new();
+        for (n, line) in input.content.lines().enumerate() {{
+            let line_no = n as u32 + 1;
+            let text = line.trim();
+            if text.is_empty() || text.starts_with('#') {{
+                continue;
+            }}
+            match text.split_once('=') {{
+                Some((key, value)) => {{
+                    document.insert(key.trim().to_owned(), Value::from(value.trim()));
+                }}
+                None => diagnostics.push(
+                    Diagnostic::warning("{name}/not-key-value", format!("line {{line_no}} is not key = value"))
+                        .at(line_no, 1),
+                ),
+            }}
+        }}
+        let mut parsed = Parsed::new(document);
+        for d in diagnostics {{
+            parsed = parsed.with_diagnostic(d);
+        }}
+        Ok(parsed)
+    }}
+}}
+
+rye_guest::export_parser!(KeyValue);
+"#
+        ),
+        World::RuntimeAdapter => format!(
+            r#"//! {name}: a runtime adapter component. A runtime YAML names it with
+//! `adapter: {name}`; for each tool of that runtime it plans the process
+//! the host runs. This one runs the tool file with the interpreter the
+//! runtime's `config.command` names, parameters as JSON on stdin.
+
+use rye_guest::adapter::{{ElementError, PlanError, PlanInput, ProcessPlan, RuntimeAdapter}};
+use rye_guest::serde_json::Value;
+
+struct Adapter;
+
+impl RuntimeAdapter for Adapter {{
+    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {{
+        let tool = input
+            .chain
+            .first()
+            .ok_or_else(|| PlanError::Unsupported("an empty chain".into()))?;
+        let runtime = input.chain.get(1).unwrap_or(tool);
+        let metadata: Value = rye_guest::serde_json::from_str(&runtime.metadata)
+            .map_err(|e| PlanError::Unsupported(format!("metadata is not JSON: {{e}}")))?;
+        let command = metadata["config"]["command"].as_str().ok_or_else(|| {{
+            PlanError::Config(ElementError {{
+                item_id: runtime.item_id.clone(),
+                message: "config.command names no interpreter".into(),
+            }})
+        }})?;
+        Ok(ProcessPlan::new(command)
+            .arg(&tool.path)
+            .cwd(&input.project_path)
+            .stdin(input.parameters.into_bytes()))
+    }}
+}}
+
+rye_guest::export_adapter!(Adapter);
+"#
+        ),
+        World::Validator => format!(
+            r#"//! {name}: a validator component. `rye validate`, `rye sign` and
+//! `rye execute` run it on every item of the kinds it asks for; its
+//! errors stop signing and execution. This one asks every tool for a
+//! description.
+
+use rye_guest::serde_json::Value;
+use rye_guest::validator::{{Diagnostic, ItemKind, Subject, Validator, ValidatorInfo}};
+
+struct Policy;
+
+impl Validator for Policy {{
+    fn describe() -> ValidatorInfo {{
+        ValidatorInfo::new("{name}", "0.1.0").kinds([ItemKind::Tool])
+    }}
+
+    fn validate(subject: Subject) -> Result<Vec<Diagnostic>, String> {{
+        let Subject::Item(item) = subject else {{
+            return Ok(Vec::new());
+        }};
+        let parsed: Value = rye_guest::serde_json::from_str(&item.parsed).map_err(|e| e.to_string())?;
+        let described = ["__tool_description__", "description", "__docstring__"]
+            .iter()
+            .any(|key| parsed.get(*key).and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty()));
+        Ok(if described {{
+            Vec::new()
+        }} else {{
+            vec![Diagnostic::error("{name}/description", format!("tool {{}} has no description", item.item_id))]
+        }})
+    }}
+}}
+
+rye_guest::export_validator!(Policy);
+"#
+        ),
+    }
+}
+
+/// Builds the component crate in `dir` and installs it into `space`.
+pub fn build(
+    rye: &Rye,
+    project: Option<&Path>,
+    dir: &Path,
+    space: Space,
+    name: Option<&str>,
+    out: &mut impl Write,
+) -> Result<()> {
+    let manifest = dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        bail!(
+            "{}: no Cargo.toml (make a component with `rye component new`)",
+            dir.display()
+        );
+    }
+    let output = Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo (is Rust installed, with `rustup target add wasm32-wasip2`?)")?;
+    if !output.status.success() {
+        bail!("cargo build of {} failed", manifest.display());
+    }
+    let mut built: Option<(PathBuf, serde_json::Value)> = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let Some(wasm) = message["filenames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str())
+            .find(|f| f.ends_with(".wasm"))
+        {
+            built = Some((PathBuf::from(wasm), message["target"]["name"].clone()));
+        }
+    }
+    let Some((wasm, target)) = built else {
+        bail!(
+            "cargo built no .wasm from {} (is the crate a cdylib?)",
+            manifest.display()
+        );
+    };
+    let inspection = rye.components().inspect(&wasm)?;
+    let world = match (&inspection.loads, inspection.world) {
+        (Ok(()), Some(world)) => world,
+        (Err(e), _) => bail!(
+            "{} was built, but this host would not load it: {e}",
+            wasm.display()
+        ),
+        (Ok(()), None) => bail!("{} exports no rye:plugin world", wasm.display()),
+    };
+    let name = match name {
+        Some(name) => name.to_owned(),
+        None => target.as_str().unwrap_or("component").replace('_', "-"),
+    };
+    rye_host::validate_plugin_name(&name)?;
+    let spaces = rye.spaces(project);
+    let root = spaces
+        .root(space)
+        .with_context(|| format!("there is no {space} space here to install into"))?;
+    if space == Space::System {
+        bail!("the system space is built into Rye; install into the project or user space");
+    }
+    let target_path = root.ai_dir.join(folder(world)).join(format!("{name}.wasm"));
+    std::fs::create_dir_all(target_path.parent().expect("a file in a folder"))?;
+    std::fs::copy(&wasm, &target_path)
+        .with_context(|| format!("installing {}", target_path.display()))?;
+    writeln!(
+        out,
+        "built {} ({} component, {} KiB), installed as {}",
+        wasm.display(),
+        world.name(),
+        inspection.size.div_ceil(1024),
+        target_path.display()
+    )?;
+    match rye.signing_key() {
+        Ok(_) => {
+            let signed = rye.sign(project, Signable::Component(folder(world)), &name, space)?;
+            writeln!(out, "signed: {}", signed.signature_path.display())?;
+        }
+        Err(_) => writeln!(
+            out,
+            "not signed (no signing key): run `rye keys generate`, then `rye sign {} {name}`",
+            match world {
+                World::Parser => "parser",
+                World::RuntimeAdapter => "adapter",
+                World::Validator => "validator",
+            }
+        )?,
+    }
+    Ok(())
+}
+
+/// Prints what the component at `path` is.
+pub fn inspect(host: &ComponentHost, path: &Path, json: bool, out: &mut impl Write) -> Result<()> {
+    let i = host.inspect(path)?;
+    if json {
+        let value = serde_json::json!({
+            "path": i.path,
+            "size": i.size,
+            "sha256": hex(&i.hash),
+            "world": i.world.map(|w| w.name()),
+            "contract_version": i.contract_version,
+            "exports": i.exports,
+            "imports": i.imports,
+            "loads": i.loads.is_ok(),
+            "error": i.loads.as_ref().err().map(|e| e.to_string()),
+        });
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{}", i.path.display())?;
+    writeln!(out, "  size      {} bytes", i.size)?;
+    writeln!(out, "  sha256    {}", hex(&i.hash))?;
+    match (i.world, &i.contract_version) {
+        (Some(world), Some(version)) => {
+            writeln!(out, "  world     {} (rye:plugin@{version})", world.name())?
+        }
+        _ => writeln!(out, "  world     none (no rye:plugin export)")?,
+    }
+    writeln!(out, "  exports")?;
+    for e in &i.exports {
+        writeln!(out, "    {e}")?;
+    }
+    writeln!(out, "  imports")?;
+    for e in &i.imports {
+        writeln!(out, "    {e}")?;
+    }
+    match &i.loads {
+        Ok(()) => writeln!(
+            out,
+            "  loads     yes, as a {} component",
+            i.world.map_or("?", |w| w.name())
+        )?,
+        Err(e) => writeln!(out, "  loads     no: it {e}")?,
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
