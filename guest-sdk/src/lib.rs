@@ -40,6 +40,13 @@
 //! # }
 //! ```
 //!
+//! Each world's module documents its trait with an example. The quickest
+//! start is `rye component new parser|runtime-adapter|validator NAME`,
+//! which writes a crate with a working example of the world and this SDK
+//! vendored, and `rye component build`, which builds, checks, installs and
+//! signs it. Complete components, built and tested with the host, are in
+//! the repository's `examples/`.
+//!
 //! The component declares the contract version it was built against through
 //! the names of its exports (`rye:plugin/parsing@0.1.0`); the host reads
 //! them before running anything and refuses a version it does not support.

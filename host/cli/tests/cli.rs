@@ -897,3 +897,125 @@ fn component_new_build_and_inspect_make_working_components_of_every_world() {
         String::from_utf8_lossy(&unknown.stderr).contains("parser, runtime-adapter or validator")
     );
 }
+
+/// Copies the `.ai/` tree of `examples/<name>` into the project.
+fn copy_example(env: &Env, name: &str) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .join(".ai");
+    let mut stack = vec![from.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let relative = path.strip_prefix(&from).unwrap();
+                let text = std::fs::read_to_string(&path).unwrap();
+                env.write(&format!(".ai/{}", relative.display()), &text);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_ruby_runtime_example_validates_and_runs_where_ruby_is_installed() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    copy_example(&env, "ruby-runtime");
+    env.ok(&["sign", "--all"]);
+    let report = env.ok(&["validate", "--require-signed"]);
+    assert!(report.contains("0 errors"), "{report}");
+
+    let dry = env.json(&["execute", "tool", "examples/ruby/greet", "--dry-run"]);
+    assert_eq!(dry["status"], "validation_passed", "{dry:#}");
+    assert_eq!(dry["chain"][1]["item_id"], "rye/core/runtimes/ruby/ruby");
+
+    let ruby = Command::new("ruby").arg("--version").output();
+    if !ruby.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED running the Ruby tool: no ruby on this machine's PATH");
+        return;
+    }
+    let result = env.json(&[
+        "execute",
+        "tool",
+        "examples/ruby/greet",
+        "--params",
+        r#"{"name": "Ada"}"#,
+    ]);
+    assert_eq!(result["data"]["greeting"], "Hello, Ada!", "{result:#}");
+}
+
+#[test]
+fn a_parser_written_in_python_reads_toml_tools_through_the_same_contract() {
+    let Some(python) = common::test_python() else {
+        eprintln!("SKIPPED the Python parser example: no python3 on this machine");
+        return;
+    };
+    let componentize = python.with_file_name("componentize-py");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python-toml-parser");
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/rye-plugin@0.1.0");
+    let built = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-toml-parser.wasm");
+    let status = Command::new(&componentize)
+        .current_dir(&example)
+        .arg("-d")
+        .arg(&wit)
+        .args(["-w", "parser", "componentize", "app", "-o"])
+        .arg(&built)
+        .status()
+        .unwrap();
+    assert!(status.success(), "componentize-py failed");
+
+    let env = Env::new();
+    let inspected = env.json(&["component", "inspect", built.to_str().unwrap()]);
+    assert_eq!(inspected["world"], "parser");
+    assert_eq!(inspected["loads"], true, "{inspected:#}");
+    let installed = env.project.path().join(".ai/parsers/toml/toml.wasm");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::copy(&built, &installed).unwrap();
+    env.write(
+        ".ai/tools/demo/hi.toml",
+        "# Says hi.\nversion = \"1.0.0\"\ntool_type = \"script\"\nexecutor_id = \"rye/core/runtimes/bash/bash\"\ncategory = \"demo\"\ndescription = \"Says hi\"\n\n[config_schema]\ntype = \"object\"\n\n[config_schema.properties.command]\ntype = \"string\"\n",
+    );
+    env.write(
+        ".ai/tools/demo/bad.toml",
+        "version = \"1.0.0\"\nbad = = 3\n",
+    );
+
+    let loaded = env.json(&["--allow-unsigned-project", "load", "tool", "demo/hi"]);
+    assert_eq!(
+        loaded["metadata"]["executor_id"], "rye/core/runtimes/bash/bash",
+        "{loaded:#}"
+    );
+    assert_eq!(
+        loaded["metadata"]["config_schema"]["properties"]["command"]["type"],
+        "string"
+    );
+    let ran = env.json(&[
+        "--allow-unsigned-project",
+        "execute",
+        "tool",
+        "demo/hi",
+        "--params",
+        r#"{"command": "echo hi"}"#,
+    ]);
+    assert_eq!(ran["data"]["stdout"], "hi\n", "{ran:#}");
+
+    let out = env.rye(&["validate", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let syntax = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "parse")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert!(syntax["path"].as_str().unwrap().ends_with("bad.toml"));
+    assert_eq!(
+        (syntax["line"].as_u64(), syntax["column"].as_u64()),
+        (Some(2), Some(7))
+    );
+    assert_eq!(report["chains"], 1);
+}

@@ -69,7 +69,7 @@ pub fn format_for(
     let format = match (kind, extension) {
         (ItemKind::Directive, ".md") => html(),
         (ItemKind::Knowledge, ".md" | ".yaml" | ".yml") => html(),
-        (ItemKind::Tool, ".py" | ".yaml" | ".yml" | ".json" | ".sh" | ".toml") => {
+        (ItemKind::Tool, ".py" | ".yaml" | ".yml" | ".json" | ".sh" | ".rb" | ".toml") => {
             hash_after_shebang()
         }
         (ItemKind::Tool, ".js" | ".ts" | ".mjs" | ".cjs") => slashes(),

