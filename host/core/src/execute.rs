@@ -23,6 +23,7 @@ use rye_integrity::TrustStore;
 use rye_process::{Capture, Outcome, Plan};
 use rye_space::{ItemKind, Space, Spaces};
 use serde_json::{Map, Value, json};
+use sha2::Digest as _;
 
 use crate::chain::Chain;
 use crate::lockfile::LockState;
@@ -502,9 +503,29 @@ impl Rye {
             result["error_type"] = json!("integrity");
             return Err(result);
         }
-        match &loaded.parse_error {
-            Some(error) => Err(error_result(request.kind, &request.id, error, started)),
-            None => Ok(loaded),
+        if let Some(error) = &loaded.parse_error {
+            return Err(error_result(request.kind, &request.id, error, started));
+        }
+        let spaces = self.spaces(request.project.as_deref());
+        let trust = self.trust_store(&spaces);
+        let content_hash: [u8; 32] = sha2::Sha256::digest(loaded.content.as_bytes()).into();
+        let validated = self.enforce_validators(
+            &spaces,
+            &trust,
+            crate::validators::ItemRef {
+                kind: request.kind,
+                id: &request.id,
+                space: loaded.source,
+                path: &loaded.path,
+                content_hash,
+            },
+            None,
+        );
+        match validated.map(|findings| crate::validators::refusal(&findings)) {
+            Ok(None) => Ok(loaded),
+            Ok(Some(refused)) | Err(refused) => {
+                Err(failure(request.kind, &request.id, &refused, started))
+            }
         }
     }
 

@@ -488,3 +488,68 @@ fn knowledge_comes_back_as_its_content() {
             .contains("shadowed")
     );
 }
+
+#[test]
+fn validators_refuse_execution_of_what_they_find_wrong_and_remember_what_passed() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    write(
+        p,
+        ".ai/tools/demo/sh.yaml",
+        "version: '1.0.0'\ntool_type: script\nexecutor_id: rye/core/runtimes/bash/bash\ndescription: A shell line.\n",
+    );
+    write(
+        p,
+        ".ai/directives/demo/loose.md",
+        "```xml\n<directive name=\"loose\" version=\"1.0.0\">\n  <metadata>\n    <description>No permissions.</description>\n    <author>me</author>\n  </metadata>\n</directive>\n```\nDo things.\n",
+    );
+    let rye = rye(user.path());
+    let before = tool(&rye, p, "demo/sh", json!({"command": "echo ran"}));
+    assert_eq!(ok(&before)["stdout"], "ran\n");
+
+    // The project's policy arrives: the same tool is refused, naming the
+    // rule and the validator; so is a directive without permissions.
+    let validator = p.join(".ai/validators/policy.wasm");
+    common::copy_signed(artifacts::POLICY_VALIDATOR, &validator);
+    let refused = tool(&rye, p, "demo/sh", json!({"command": "echo ran"}));
+    assert_eq!(refused["status"], "error", "{refused:#}");
+    assert_eq!(refused["error_type"], "validation");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("policy/no-bash") && error.contains("validator policy"),
+        "{error}"
+    );
+    let directive = run(&rye, p, ItemKind::Directive, "demo/loose", json!({}), false);
+    assert_eq!(directive["error_type"], "validation", "{directive:#}");
+    assert!(
+        directive["error"]
+            .as_str()
+            .unwrap()
+            .contains("policy/permissions")
+    );
+
+    // A tool the policy allows runs; its second run is served from the
+    // validation cache (the trace says the findings, not the time).
+    write(
+        p,
+        ".ai/tools/demo/py.py",
+        "\"\"\"Says ok.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nprint(json.dumps({'ok': True}))\n",
+    );
+    if have("python3") {
+        let first = run(&rye, p, ItemKind::Tool, "demo/py", json!({}), true);
+        assert_eq!(ok(&first)["ok"], true);
+        assert_eq!(steps(&first, "validate")[0]["findings"], 0, "{first:#}");
+    }
+
+    // A tampered validator is not run, and nothing it would guard runs.
+    let mut bytes = std::fs::read(&validator).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&validator, &bytes).unwrap();
+    let tampered = tool(&rye, p, "demo/sh", json!({"command": "echo ran"}));
+    assert_eq!(tampered["error_type"], "validation", "{tampered:#}");
+    assert!(
+        tampered["error"].as_str().unwrap().contains("modified"),
+        "{tampered:#}"
+    );
+}

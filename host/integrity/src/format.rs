@@ -100,14 +100,18 @@ mod tests {
         );
         assert_eq!(format_for(ItemKind::Tool, "a.mjs", &[]).unwrap(), slashes());
         assert_eq!(format_for(ItemKind::Config, "k.toml", &[]).unwrap(), hash());
+        assert_eq!(
+            format_for(ItemKind::Tool, "a.rb", &[]).unwrap(),
+            hash_after_shebang()
+        );
         assert!(matches!(
-            format_for(ItemKind::Tool, "a.rb", &[]),
+            format_for(ItemKind::Tool, "a.kts", &[]),
             Err(IntegrityError::NoFormat { .. })
         ));
-        let ruby = [(".rb".to_owned(), hash_after_shebang())];
+        let kotlin = [(".kts".to_owned(), slashes())];
         assert_eq!(
-            format_for(ItemKind::Tool, "a.rb", &ruby).unwrap(),
-            hash_after_shebang()
+            format_for(ItemKind::Tool, "a.kts", &kotlin).unwrap(),
+            slashes()
         );
         assert_eq!(
             detached_path(Path::new("/s/.ai/parsers/x.wasm")),
