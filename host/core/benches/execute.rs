@@ -203,7 +203,7 @@ fn main() {
             result["metadata"]["process_us"].as_u64().unwrap(),
         ))
     };
-    let mut parts: [Vec<u64>; 3] = Default::default();
+    let mut parts: [Vec<u64>; 4] = Default::default();
     for round in 0..300 {
         // Alternate which host goes first, so neither always follows the
         // raw spawn's exiting child.
@@ -221,7 +221,10 @@ fn main() {
             if verified {
                 host_times.push(elapsed);
                 own_on.push(own(elapsed, &result));
-                for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
+                for (i, key) in ["chain_us", "validate_us", "plan_us", "process_us"]
+                    .iter()
+                    .enumerate()
+                {
                     parts[i].push(result["metadata"][key].as_u64().unwrap());
                 }
             } else {
@@ -255,7 +258,10 @@ fn main() {
         raw_median,
         p90(raw_times)
     );
-    for (i, key) in ["chain_us", "plan_us", "process_us"].iter().enumerate() {
+    for (i, key) in ["chain_us", "validate_us", "plan_us", "process_us"]
+        .iter()
+        .enumerate()
+    {
         let mut values = parts[i].clone();
         values.sort();
         println!(

@@ -165,8 +165,11 @@ impl Rye {
                 json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "used"}),
             );
         }
+        let validate_started = Instant::now();
         let tool = chain.tool();
-        let validated = blocking(|| {
+        // Inline, like the chain build's parser calls: a warm run is a
+        // cache lookup, and handing the worker off would cost more.
+        let validated = {
             self.enforce_validators(
                 &spaces,
                 &trust,
@@ -179,7 +182,7 @@ impl Rye {
                 },
                 Some(&chain),
             )
-        });
+        };
         match validated {
             Ok(findings) => {
                 if let Some(refused) = crate::validators::refusal(&findings) {
@@ -191,6 +194,7 @@ impl Rye {
             }
             Err(e) => return fail(&e, &trace, &warnings),
         }
+        let validate_us = validate_started.elapsed().as_micros() as u64;
         if request.dry_run {
             let mut result = json!({
                 "status": "validation_passed",
@@ -325,6 +329,7 @@ impl Rye {
             "metadata": {
                 "duration_ms": started.elapsed().as_millis() as u64,
                 "chain_us": chain_us,
+                "validate_us": validate_us,
                 "plan_us": plan_us,
                 "process_us": outcome.duration.as_micros() as u64,
                 "return_code": outcome.code,
