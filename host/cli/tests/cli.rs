@@ -551,6 +551,7 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
         ("hostile/flood", artifacts::VALIDATOR_FLOOD),
         ("hostile/panic", artifacts::VALIDATOR_PANIC),
         ("hostile/snoop", artifacts::VALIDATOR_SNOOP),
+        ("hostile/asks-host", artifacts::VALIDATOR_ASKS_HOST),
     ] {
         install_validator(&env, built, name);
     }
@@ -664,6 +665,18 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
             .filter(|f| f["rule"] == "flood/noise")
             .all(|f| f["message"].as_str().unwrap().len() <= 2_004)
     );
+
+    // One that imports the host interface (granted to adapters only) is
+    // refused before it runs.
+    let refused = against("asks-host", "validator/load");
+    assert_eq!(refused.len(), 1, "{json:#}");
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("granted only to runtime adapters")
+    );
+    assert!(!findings.iter().any(|f| f["rule"] == "asks-host/env"));
 
     // The snooping validator saw nothing outside its subject.
     let snooped = |what: &str| -> String {
