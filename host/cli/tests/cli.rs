@@ -1032,3 +1032,39 @@ fn a_parser_written_in_python_reads_toml_tools_through_the_same_contract() {
     );
     assert_eq!(report["chains"], 1);
 }
+
+#[test]
+fn the_progress_bar_shows_on_a_terminal_and_nowhere_else() {
+    if !Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIPPED the progress bar check: no `script` to give rye a terminal");
+        return;
+    }
+    let env = Env::new();
+    env.write(".ai/tools/demo/one.py", COMPLETE);
+    env.write(".ai/tools/demo/two.py", COMPLETE);
+    // `script` runs the command on a pseudo-terminal and copies what it
+    // printed there (stdout and stderr alike).
+    let on_terminal = |args: &str, extra: &[(&str, std::ffi::OsString)]| -> String {
+        let line = format!("{} validate {args}", env!("CARGO_BIN_EXE_rye"));
+        let out = env.command_with(
+            Command::new("script").args(["-qec", &line, "/dev/null"]),
+            extra,
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = on_terminal("", &[]);
+    assert!(shown.contains("validating ["), "{shown}");
+    assert!(shown.contains("2/2"), "{shown}");
+    let quiet = on_terminal("--quiet", &[]);
+    assert!(!quiet.contains("validating ["), "{quiet}");
+    assert!(quiet.contains("2 items"), "{quiet}");
+    let ci = on_terminal("", &[("CI", "true".into())]);
+    assert!(!ci.contains("validating ["), "{ci}");
+    // Off a terminal there is none either.
+    let piped = env.rye(&["validate"]);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("validating ["));
+}

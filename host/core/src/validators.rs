@@ -14,8 +14,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rye_components::{
     ChainLink, ComponentError, ItemSubject, LoadedComponent, PluginKind, PluginSpace, Severity,
@@ -68,7 +68,7 @@ pub(crate) enum Admission {
 pub(crate) struct ValidatorSet {
     pub(crate) validators: Vec<Validator>,
     /// Per validator: whether it has been stopped.
-    stopped: Vec<Mutex<bool>>,
+    stopped: Vec<AtomicBool>,
     /// Findings about the validators themselves.
     pub(crate) findings: Mutex<Vec<Finding>>,
 }
@@ -96,7 +96,7 @@ impl ValidatorSet {
         if !self.validators.iter().any(|v| v.wants(item.kind)) {
             return;
         }
-        let parsed = serde_json::Value::Object(document.clone()).to_string();
+        let parsed = serde_json::to_string(document).expect("a JSON map serializes");
         let file_name = item
             .path
             .file_name()
@@ -148,7 +148,7 @@ impl ValidatorSet {
         out: &mut Vec<Finding>,
     ) {
         let validator = &self.validators[index];
-        if *self.stopped[index].lock().expect("validator state lock") {
+        if self.stopped[index].load(Ordering::Relaxed) {
             return;
         }
         match rye.components.validate(&validator.component, subject) {
@@ -202,8 +202,7 @@ impl ValidatorSet {
     /// Stops validator `index` for the rest of the run; false if it was
     /// stopped already (by another thread's call).
     fn stop(&self, index: usize) -> bool {
-        let mut stopped = self.stopped[index].lock().expect("validator state lock");
-        !std::mem::replace(&mut *stopped, true)
+        !self.stopped[index].swap(true, Ordering::Relaxed)
     }
 
     fn against(&self, validator: &Validator, severity: Severity, rule: &str, message: String) {
@@ -254,7 +253,7 @@ impl Rye {
             }
         }
         Ok(ValidatorSet {
-            stopped: validators.iter().map(|_| Mutex::new(false)).collect(),
+            stopped: validators.iter().map(|_| AtomicBool::new(false)).collect(),
             validators,
             findings: Mutex::new(findings),
         })
@@ -286,7 +285,11 @@ impl Rye {
                 let checked = self.verify_component(trust, space, path, *hash);
                 let admitted = checked.is_ok()
                     || (admission == Admission::Sandboxed && space == Space::Project);
-                verdict = Some(checked.map_err(|e| e.to_string()));
+                // The finding names the file already.
+                verdict = Some(checked.map_err(|e| match e {
+                    HostError::Integrity { error, .. } => error.to_string(),
+                    other => other.to_string(),
+                }));
                 if admitted { Ok(()) } else { Err(()) }
             })
             .map_err(|e: ComponentError| {
