@@ -162,21 +162,7 @@ pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
             writeln!(out, "{}", finding.path.display())?;
             current = Some(&finding.path);
         }
-        let at = match (finding.line, finding.column) {
-            (Some(line), Some(column)) => format!("{line}:{column}: "),
-            (Some(line), None) => format!("{line}: "),
-            _ => String::new(),
-        };
-        let severity = match finding.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
-        };
-        writeln!(
-            out,
-            "  {at}{severity}[{}]: {}",
-            finding.rule, finding.message
-        )?;
+        writeln!(out, "  {}", crate::report::finding_line(finding))?;
     }
     let errors = report
         .findings

@@ -147,7 +147,7 @@ pub fn junit(out: &mut impl Write, report: &Report) -> io::Result<()> {
                 xml(&first.rule),
                 xml(&errors
                     .iter()
-                    .map(|f| line(f))
+                    .map(|f| finding_line(f))
                     .collect::<Vec<_>>()
                     .join("\n"))
             )?;
@@ -155,7 +155,7 @@ pub fn junit(out: &mut impl Write, report: &Report) -> io::Result<()> {
         let others: Vec<String> = found
             .iter()
             .filter(|f| f.severity != Severity::Error)
-            .map(|f| line(f))
+            .map(|f| finding_line(f))
             .collect();
         if !others.is_empty() {
             writeln!(
@@ -170,7 +170,8 @@ pub fn junit(out: &mut impl Write, report: &Report) -> io::Result<()> {
     writeln!(out, "</testsuites>")
 }
 
-fn line(f: &Finding) -> String {
+/// One finding as a line: `line:column: severity[rule]: message`.
+pub fn finding_line(f: &Finding) -> String {
     let at = match (f.line, f.column) {
         (Some(l), Some(c)) => format!("{l}:{c}: "),
         (Some(l), None) => format!("{l}: "),
