@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use rye_host::{ComponentHost, Rye, Signable, Space, World};
+use rye_host::{ComponentHost, Rye, Signable, Space, World, component_folder};
 
 /// The guest SDK and contract sources, as this binary was built with them.
 const SDK_SOURCES: &[(&str, &str)] = &[
@@ -89,18 +89,6 @@ pub fn world_named(name: &str) -> Result<World> {
     })
 }
 
-fn folder(world: World) -> &'static str {
-    match world {
-        World::Parser => "parsers",
-        World::RuntimeAdapter => "adapters",
-        World::Validator => "validators",
-    }
-}
-
-fn feature(world: World) -> &'static str {
-    world.name()
-}
-
 /// Writes a new component crate `name` for `world` in `dir`.
 pub fn new(world: World, name: &str, dir: &Path, out: &mut impl Write) -> Result<()> {
     let valid = !name.is_empty()
@@ -116,7 +104,7 @@ pub fn new(world: World, name: &str, dir: &Path, out: &mut impl Write) -> Result
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{}: already exists and is not empty", dir.display());
     }
-    let install = format!("{}/{name}.wasm", folder(world));
+    let install = format!("{}/{name}.wasm", component_folder(world));
     let manifest = format!(
         r#"[package]
 name = "{name}"
@@ -142,7 +130,7 @@ opt-level = "s"
 debug = false
 strip = "debuginfo"
 "#,
-        feature = feature(world),
+        feature = world.name(),
     );
     let mut files: Vec<(PathBuf, String)> = vec![
         (dir.join("Cargo.toml"), manifest),
@@ -372,7 +360,10 @@ pub fn build(
     if space == Space::System {
         bail!("the system space is built into Rye; install into the project or user space");
     }
-    let target_path = root.ai_dir.join(folder(world)).join(format!("{name}.wasm"));
+    let target_path = root
+        .ai_dir
+        .join(component_folder(world))
+        .join(format!("{name}.wasm"));
     std::fs::create_dir_all(target_path.parent().expect("a file in a folder"))?;
     std::fs::copy(&wasm, &target_path)
         .with_context(|| format!("installing {}", target_path.display()))?;
@@ -386,7 +377,12 @@ pub fn build(
     )?;
     match rye.signing_key() {
         Ok(_) => {
-            let signed = rye.sign(project, Signable::Component(folder(world)), &name, space)?;
+            let signed = rye.sign(
+                project,
+                Signable::Component(component_folder(world)),
+                &name,
+                space,
+            )?;
             writeln!(out, "signed: {}", signed.signature_path.display())?;
         }
         Err(_) => writeln!(

@@ -23,7 +23,6 @@ use rye_integrity::TrustStore;
 use rye_process::{Capture, Outcome, Plan};
 use rye_space::{ItemKind, Space, Spaces};
 use serde_json::{Map, Value, json};
-use sha2::Digest as _;
 
 use crate::chain::Chain;
 use crate::lockfile::LockState;
@@ -169,20 +168,18 @@ impl Rye {
         let tool = chain.tool();
         // Inline, like the chain build's parser calls: a warm run is a
         // cache lookup, and handing the worker off would cost more.
-        let validated = {
-            self.enforce_validators(
-                &spaces,
-                &trust,
-                crate::validators::ItemRef {
-                    kind: ItemKind::Tool,
-                    id: &tool.item_id,
-                    space: tool.space,
-                    path: &tool.path,
-                    content_hash: tool.content_hash,
-                },
-                Some(&chain),
-            )
-        };
+        let validated = self.enforce_validators(
+            &spaces,
+            &trust,
+            crate::validators::ItemRef {
+                kind: ItemKind::Tool,
+                id: &tool.item_id,
+                space: tool.space,
+                path: &tool.path,
+                content_hash: tool.content_hash,
+            },
+            Some(&chain),
+        );
         match validated {
             Ok(findings) => {
                 if let Some(refused) = crate::validators::refusal(&findings) {
@@ -390,19 +387,18 @@ impl Rye {
                 .map(|a| (e, a))
         });
         let name = named.map_or(STANDARD_ADAPTER, |(_, name)| name);
-        let found =
-            match self.find_component(spaces, trust, "adapters", name, World::RuntimeAdapter)? {
-                Ok(found) => found,
-                Err(searched) => {
-                    return Err(HostError::Invalid(format!(
-                        "runtime adapter {name:?} not found (looked for {}){}",
-                        rye_space::display_paths(&searched),
-                        named
-                            .map(|(e, _)| format!("; {} names it", e.item_id))
-                            .unwrap_or_default()
-                    )));
-                }
-            };
+        let found = match self.find_component(spaces, trust, name, World::RuntimeAdapter)? {
+            Ok(found) => found,
+            Err(searched) => {
+                return Err(HostError::Invalid(format!(
+                    "runtime adapter {name:?} not found (looked for {}){}",
+                    rye_space::display_paths(&searched),
+                    named
+                        .map(|(e, _)| format!("; {} names it", e.item_id))
+                        .unwrap_or_default()
+                )));
+            }
+        };
         let adapter = found.component;
         let path = adapter.path.clone();
 
@@ -513,7 +509,6 @@ impl Rye {
         }
         let spaces = self.spaces(request.project.as_deref());
         let trust = self.trust_store(&spaces);
-        let content_hash: [u8; 32] = sha2::Sha256::digest(loaded.content.as_bytes()).into();
         let validated = self.enforce_validators(
             &spaces,
             &trust,
@@ -522,7 +517,7 @@ impl Rye {
                 id: &request.id,
                 space: loaded.source,
                 path: &loaded.path,
-                content_hash,
+                content_hash: loaded.content_hash,
             },
             None,
         );

@@ -258,21 +258,24 @@ impl Rye {
         store
     }
 
-    /// Finds component `name` under `.ai/<folder>/` through the spaces and
-    /// loads it as `world` once its signature checks out. Returns the
+    /// Finds component `name` in the spaces, under the `.ai/` folder of
+    /// `world` (see [`crate::component_folder`]), and loads it as `world`
+    /// once its signature checks out. Returns the
     /// paths searched when no space has it.
     pub(crate) fn find_component(
         &self,
         spaces: &Spaces,
         trust: &TrustStore,
-        folder: &str,
         name: &str,
         world: World,
     ) -> Result<Result<FoundComponent, Vec<PathBuf>>, HostError> {
         rye_space::validate_plugin_name(name)?;
         let mut searched = Vec::new();
         for root in spaces.roots() {
-            let path = root.ai_dir.join(folder).join(format!("{name}.wasm"));
+            let path = root
+                .ai_dir
+                .join(crate::component_folder(world))
+                .join(format!("{name}.wasm"));
             if !path.is_file() {
                 searched.push(path);
                 continue;

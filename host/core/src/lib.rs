@@ -45,6 +45,6 @@ pub use rye_components::{
 pub use rye_integrity;
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, validate_plugin_name};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
-pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile};
+pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile, component_folder};
 pub use validate::{Finding, Report, ValidateOptions};
-pub use validators::{VALIDATORS_DIR, Validator};
+pub use validators::Validator;

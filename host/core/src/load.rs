@@ -48,6 +48,9 @@ pub struct Loaded {
     pub item_id: String,
     /// The file's text, exactly.
     pub content: String,
+    /// SHA-256 of the file's text.
+    #[serde(skip)]
+    pub content_hash: [u8; 32],
     /// The item's metadata (see [`normalize`]) plus `path` and `extension`.
     pub metadata: Map<String, Value>,
     /// The parser's whole document: for a directive its inputs, process
@@ -174,6 +177,7 @@ impl Rye {
             item_type: request.kind,
             item_id: request.id.clone(),
             content,
+            content_hash: hash,
             metadata,
             parsed,
             path: path.clone(),

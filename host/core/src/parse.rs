@@ -194,7 +194,7 @@ impl Rye {
     ) -> Result<Result<Arc<LoadedComponent>, Vec<PathBuf>>, HostError> {
         let trust = self.trust_store(spaces);
         Ok(self
-            .find_component(spaces, &trust, "parsers", name, World::Parser)?
+            .find_component(spaces, &trust, name, World::Parser)?
             .map(|found| found.component))
     }
 
@@ -320,7 +320,7 @@ impl ParserLookup {
                     .get_or_insert_with(|| rye.trust_store(spaces))
                     .clone();
                 let found = rye
-                    .find_component(spaces, &trust, "parsers", name, World::Parser)?
+                    .find_component(spaces, &trust, name, World::Parser)?
                     .map(|found| {
                         let what = format!("parser {name} ({})", found.component.path.display());
                         self.warnings.extend(found.signed.warning(&what));

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use rye_components::World;
 use rye_integrity::{
     IntegrityError, Keypair, format_for, sign_detached, sign_text, verify_detached, verify_text,
 };
@@ -16,7 +17,20 @@ use crate::parse::ParserLookup;
 use crate::{HostError, Rye};
 
 /// Folders of `.ai/` that hold components, signed by detached files.
-pub const COMPONENT_FOLDERS: [&str; 3] = ["parsers", "adapters", "validators"];
+pub const COMPONENT_FOLDERS: [&str; 3] = [
+    component_folder(World::Parser),
+    component_folder(World::RuntimeAdapter),
+    component_folder(World::Validator),
+];
+
+/// The folder under `.ai/` that holds the components of `world`.
+pub const fn component_folder(world: World) -> &'static str {
+    match world {
+        World::Parser => "parsers",
+        World::RuntimeAdapter => "adapters",
+        World::Validator => "validators",
+    }
+}
 
 /// What can be signed: an item, or a component named by its folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -313,11 +327,10 @@ impl Rye {
         folder: &str,
         key: &Keypair,
     ) -> Result<SignedFile, HostError> {
-        let world = match folder {
-            "parsers" => rye_components::World::Parser,
-            "adapters" => rye_components::World::RuntimeAdapter,
-            _ => rye_components::World::Validator,
-        };
+        let world = World::ALL
+            .into_iter()
+            .find(|w| component_folder(*w) == folder)
+            .unwrap_or(World::Validator);
         // Only a component that loads as its folder's world is signed.
         self.components.load(path, world)?;
         let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;

@@ -12,7 +12,7 @@
 //! becomes one finding against the validator's file and is not run again
 //! for the rest of the run; the other validators go on.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,9 +28,6 @@ use sha2::{Digest, Sha256};
 use crate::validate::Finding;
 use crate::{Chain, HostError, ParsedItem, Rye, Signed};
 
-/// The folder under `.ai/` validators live in.
-pub const VALIDATORS_DIR: &str = "validators";
-
 /// Validation results kept for `execute` and `sign`, by validator and
 /// subject.
 pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
@@ -43,8 +40,6 @@ pub struct Validator {
     pub space: Space,
     pub path: PathBuf,
     pub info: ValidatorInfo,
-    /// Its signature, when it was checked.
-    pub signed: Option<Signed>,
     pub(crate) component: Arc<LoadedComponent>,
 }
 
@@ -209,15 +204,13 @@ impl ValidatorSet {
         self.findings
             .lock()
             .expect("validator findings lock")
-            .push(Finding {
-                path: validator.path.clone(),
-                line: None,
-                column: None,
+            .push(against(
+                &validator.path,
+                &validator.name,
                 severity,
-                rule: rule.into(),
-                message: format!("validator {}: {message}", validator.name),
-                validator: Some(validator.name.clone()),
-            });
+                rule,
+                message,
+            ));
     }
 }
 
@@ -231,16 +224,16 @@ impl Rye {
         trust: &TrustStore,
         admission: Admission,
     ) -> Result<ValidatorSet, HostError> {
-        let mut seen: HashMap<String, ()> = HashMap::new();
+        let mut seen = HashSet::new();
         let mut validators = Vec::new();
         let mut findings = Vec::new();
         for root in spaces.roots() {
-            let dir = root.ai_dir.join(VALIDATORS_DIR);
+            let dir = root.ai_dir.join(crate::component_folder(World::Validator));
             let mut files = Vec::new();
             collect_wasm(&dir, &dir, &mut files).map_err(|e| HostError::io(&dir, e))?;
             files.sort();
             for (name, path) in files {
-                if seen.insert(name.clone(), ()).is_some() {
+                if !seen.insert(name.clone()) {
                     continue;
                 }
                 match self.load_validator(trust, root.space, &name, &path, admission) {
@@ -269,15 +262,7 @@ impl Rye {
         path: &Path,
         admission: Admission,
     ) -> Result<(Validator, Option<Finding>), Finding> {
-        let against = |severity, rule: &str, message: String| Finding {
-            path: path.to_owned(),
-            line: None,
-            column: None,
-            severity,
-            rule: rule.into(),
-            message: format!("validator {name}: {message}"),
-            validator: Some(name.to_owned()),
-        };
+        let against = |severity, rule: &str, message| against(path, name, severity, rule, message);
         let mut verdict = None;
         let loaded = self
             .components
@@ -314,30 +299,22 @@ impl Rye {
                 format!("describe failed: {}", e.kind),
             )
         })?;
-        let (signed, problem) = match verdict {
-            Ok(signed) => {
-                let problem = match &signed {
-                    Signed::UnsignedAllowed => Some(against(
-                        Severity::Warning,
-                        "signature",
-                        format!(
-                            "unsigned: no detached signature beside it (sign it with `rye sign validator {name}`)"
-                        ),
-                    )),
-                    other => other
-                        .warning("its signature")
-                        .map(|w| against(Severity::Warning, "signature", w)),
-                };
-                (Some(signed), problem)
-            }
-            Err(why) => (
-                None,
-                Some(against(
-                    Severity::Warning,
-                    "signature",
-                    format!("run in the sandbox although {why}"),
-                )),
-            ),
+        let problem = match verdict {
+            Ok(Signed::UnsignedAllowed) => Some(against(
+                Severity::Warning,
+                "signature",
+                format!(
+                    "unsigned: no detached signature beside it (sign it with `rye sign validator {name}`)"
+                ),
+            )),
+            Ok(signed) => signed
+                .warning("its signature")
+                .map(|w| against(Severity::Warning, "signature", w)),
+            Err(why) => Some(against(
+                Severity::Warning,
+                "signature",
+                format!("run in the sandbox although {why}"),
+            )),
         };
         Ok((
             Validator {
@@ -345,7 +322,6 @@ impl Rye {
                 space,
                 path: path.to_owned(),
                 info,
-                signed,
                 component,
             },
             problem,
@@ -492,6 +468,19 @@ pub(crate) fn refusal(findings: &[Finding]) -> Option<HostError> {
         path: first.path.clone(),
         report,
     })
+}
+
+/// A finding against the validator `name` at `path` itself.
+fn against(path: &Path, name: &str, severity: Severity, rule: &str, message: String) -> Finding {
+    Finding {
+        path: path.to_owned(),
+        line: None,
+        column: None,
+        severity,
+        rule: rule.into(),
+        message: format!("validator {name}: {message}"),
+        validator: Some(name.to_owned()),
+    }
 }
 
 /// The chain as validators see it.
