@@ -148,6 +148,13 @@ impl ValidatorSet {
         }
         match rye.components.validate(&validator.component, subject) {
             Ok(Ok(validated)) => {
+                // Past its bounds, a validator is stopped; if a call on
+                // another thread stopped it first, this call's output is
+                // dropped too, so a flood is kept once, whatever the timing.
+                let overflowed = validated.overflow.is_some();
+                if overflowed && !self.stop(index) {
+                    return;
+                }
                 out.extend(validated.findings.into_iter().map(|d| Finding {
                     path: file.path.to_owned(),
                     line: d.at.map(|p| p.line),
@@ -157,9 +164,7 @@ impl ValidatorSet {
                     message: d.message,
                     validator: Some(validator.name.clone()),
                 }));
-                if let Some(overflow) = validated.overflow
-                    && self.stop(index)
-                {
+                if let Some(overflow) = validated.overflow {
                     self.against(
                         validator,
                         Severity::Error,
