@@ -240,23 +240,7 @@ impl ComponentHost {
         world: World,
     ) -> Result<LoadedComponent, ComponentErrorKind> {
         check_header(bytes)?;
-        let (component, origin) = match self
-            .cache
-            .as_ref()
-            .and_then(|c| c.load(&self.engine, &hash))
-        {
-            Some(component) => (component, Origin::Cache),
-            None => {
-                let started = std::time::Instant::now();
-                let component = Component::new(&self.engine, bytes)
-                    .map_err(|e| ComponentErrorKind::Invalid(format!("{e:#}")))?;
-                tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
-                if let Some(cache) = &self.cache {
-                    cache.store(&component, &hash);
-                }
-                (component, Origin::Compiled)
-            }
-        };
+        let (component, origin) = self.compile(path, bytes, hash)?;
         self.check_world(&component, world)?;
         check_imports(&component, &self.engine, world)?;
         let instance_pre = self
@@ -284,6 +268,31 @@ impl ComponentHost {
             origin,
             pre,
         })
+    }
+
+    /// The component of `bytes` (whose SHA-256 is `hash`): deserialized
+    /// from the on-disk cache, or compiled and stored there.
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        hash: [u8; 32],
+    ) -> Result<(Component, Origin), ComponentErrorKind> {
+        if let Some(component) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&self.engine, &hash))
+        {
+            return Ok((component, Origin::Cache));
+        }
+        let started = std::time::Instant::now();
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| ComponentErrorKind::Invalid(format!("{e:#}")))?;
+        tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
+        if let Some(cache) = &self.cache {
+            cache.store(&component, &hash);
+        }
+        Ok((component, Origin::Compiled))
     }
 
     fn check_world(&self, component: &Component, world: World) -> Result<(), ComponentErrorKind> {
@@ -489,21 +498,7 @@ impl ComponentHost {
         let bytes = std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?;
         check_header(&bytes).map_err(fail)?;
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
-        let component = match self
-            .cache
-            .as_ref()
-            .and_then(|c| c.load(&self.engine, &hash))
-        {
-            Some(component) => component,
-            None => {
-                let component = Component::new(&self.engine, &bytes)
-                    .map_err(|e| fail(ComponentErrorKind::Invalid(format!("{e:#}"))))?;
-                if let Some(cache) = &self.cache {
-                    cache.store(&component, &hash);
-                }
-                component
-            }
-        };
+        let (component, _) = self.compile(path, &bytes, hash).map_err(fail)?;
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.engine)
