@@ -9,6 +9,7 @@ use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
 use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
+use rye_test_artifacts::{process_dies_soon, process_gone};
 use serde_json::{Value, json};
 
 mod common;
@@ -91,18 +92,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            stat.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next())
-                == Some("Z")
-        }
-    }
-}
-
 #[test]
 fn the_rust_client_sees_four_tools_results_and_errors() {
     let env = Env::new();
@@ -182,15 +171,12 @@ fn cancelling_an_execute_kills_the_sleeping_tool() {
             .await
             .unwrap();
         let pid = wait_for_pid(&pidfile).await;
-        assert!(!dead(pid));
+        assert!(!process_gone(pid));
         handle.cancel(Some("the test is done waiting".into())).await.unwrap();
-        for _ in 0..200 {
-            if dead(pid) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(dead(pid), "the tool outlived its cancelled call");
+        assert!(
+            process_dies_soon(pid),
+            "the tool outlived its cancelled call"
+        );
 
         // The same session still answers.
         let ran = client

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rye_process::{Capture, Plan, run};
+use rye_test_artifacts::process_dies_soon;
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -14,30 +15,6 @@ fn rt() -> tokio::runtime::Runtime {
 
 fn sh(script: &str) -> Plan {
     Plan::new("/bin/sh").arg("-c").arg(script)
-}
-
-/// Whether `pid` is gone (or a zombie waiting to be reaped).
-fn dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            stat.rsplit(')')
-                .next()
-                .and_then(|rest| rest.split_whitespace().next())
-                == Some("Z")
-        }
-    }
-}
-
-/// SIGKILL lands asynchronously: give a killed process a moment to go.
-fn dies_soon(pid: u32) -> bool {
-    for _ in 0..200 {
-        if dead(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
 }
 
 fn wait_for_pid(file: &Path) -> u32 {
@@ -151,7 +128,10 @@ fn a_timeout_kills_the_whole_group() {
         "it waited for the sleeps"
     );
     let background = wait_for_pid(&pidfile);
-    assert!(dies_soon(background), "the background child survived");
+    assert!(
+        process_dies_soon(background),
+        "the background child survived"
+    );
 }
 
 #[test]
@@ -165,7 +145,10 @@ fn leftovers_are_killed_when_the_child_exits() {
         .trim()
         .parse()
         .unwrap();
-    assert!(dies_soon(background), "the background child survived");
+    assert!(
+        process_dies_soon(background),
+        "the background child survived"
+    );
 }
 
 #[test]
@@ -181,13 +164,10 @@ fn cancelling_the_run_kills_the_group() {
             .unwrap();
         running.abort();
         let _ = running.await;
-        for _ in 0..100 {
-            if dead(pid) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the child outlived its cancelled run");
+        assert!(
+            process_dies_soon(pid),
+            "the child outlived its cancelled run"
+        );
     });
 }
 
