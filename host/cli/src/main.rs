@@ -130,7 +130,8 @@ enum Command {
     /// holds. Exits 0 when clean, 1 with errors, 2 when the check itself
     /// could not run.
     Validate {
-        /// The folder holding .ai/ (default: --project).
+        /// The folder holding .ai/, or the .ai/ folder itself (default:
+        /// --project).
         path: Option<PathBuf>,
         /// Unsigned items are errors, not warnings.
         #[arg(long)]
@@ -437,6 +438,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let root = match path {
                 Some(path) => std::path::absolute(path).context("the folder to validate")?,
                 None => project.clone().unwrap_or_default(),
+            };
+            // The .ai/ folder itself names the project that holds it.
+            let root = match (root.file_name(), root.parent()) {
+                (Some(name), Some(parent)) if name == ".ai" && root.is_dir() => parent.to_owned(),
+                _ => root,
             };
             if !["human", "json", "sarif", "junit"].contains(&format.as_str()) {
                 eprintln!("error: unknown format {format:?} (human, json, sarif or junit)");
