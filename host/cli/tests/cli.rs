@@ -1068,3 +1068,191 @@ fn the_progress_bar_shows_on_a_terminal_and_nowhere_else() {
     let piped = env.rye(&["validate"]);
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("validating ["));
 }
+
+/// Every keyword of both dialects' meta-schemas with values of every kind,
+/// judged by `rye/standard` inside `rye validate` and by Python's
+/// `jsonschema` (`check_schema`); the verdicts must agree. Patterns are
+/// ones Python's `re` and ECMA-262 judge alike.
+#[test]
+fn config_schemas_are_judged_as_jsonschema_judges_them() {
+    let Some(python) = common::test_python() else {
+        eprintln!("SKIPPED the config_schema comparison: no python3 on this machine");
+        return;
+    };
+    const KEYWORDS: &[&str] = &[
+        "type",
+        "enum",
+        "const",
+        "default",
+        "multipleOf",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "maxContains",
+        "minContains",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "dependentRequired",
+        "dependencies",
+        "title",
+        "description",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "examples",
+        "format",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "additionalProperties",
+        "properties",
+        "patternProperties",
+        "dependentSchemas",
+        "propertyNames",
+        "if",
+        "then",
+        "else",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "definitions",
+        "$defs",
+        "$id",
+        "$schema",
+        "$ref",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "$vocabulary",
+        "$comment",
+        "x-note",
+    ];
+    let values = json!([
+        null, true, false, 0, 2, -1, 1.5, 2.0, "string", "object", "bad", "a_b", "#frag", "x#y",
+        "x#", "1abc", "^[a-z]+$", "(", "[z-a]", "a**", [], ["string"], ["string", "string"],
+        ["string", "integer"], ["a", 1], [{}], [{"type": "string"}], [{"type": 5}], [true], {},
+        {"type": "string"}, {"type": 5}, {"a": {"type": "string"}}, {"a": {"type": 5}},
+        {"a": ["b"]}, {"a": ["b", "b"]}, {"a": true}, {"a": 1}, {"^x(": {}}, {"^x\\d$": {}},
+        {"https://example.com/v": true}, {"https://example.com/v": "yes"},
+    ]);
+    let mut cases = Vec::new();
+    for dialect in [None, Some("draft-07")] {
+        for keyword in KEYWORDS {
+            for value in values.as_array().unwrap() {
+                cases.push((dialect, json!({ *keyword: value })));
+            }
+        }
+    }
+
+    // Python's verdict on each, as the only property of a schema.
+    let wrapped: Vec<Value> = cases
+        .iter()
+        .map(|(dialect, schema)| {
+            json!({"dialect": dialect, "schema": with_dialect(*dialect, json!({"properties": {"p": schema}}))})
+        })
+        .collect();
+    let checker =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/schemas/check_schemas.py");
+    let mut child = Command::new(python)
+        .arg(checker)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&wrapped).unwrap())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "check_schemas.py failed");
+    let python: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+
+    // Rye's verdict: the cases as properties s0, s1, … of tools' config
+    // schemas, a hundred to a tool; a finding's JSON pointer names its case.
+    let env = Env::new();
+    for (chunk, group) in cases.chunks(100).enumerate() {
+        let dialect = group[0].0;
+        let properties: serde_json::Map<String, Value> = group
+            .iter()
+            .enumerate()
+            .map(|(i, (_, schema))| (format!("s{}", chunk * 100 + i), schema.clone()))
+            .collect();
+        let schema = with_dialect(dialect, json!({ "properties": properties }));
+        env.write(
+            &format!(".ai/tools/schemas/chunk{chunk}.yaml"),
+            &format!(
+                "version: \"1.0.0\"\ntool_type: script\nexecutor_id: rye/core/runtimes/bash/bash\ndescription: cases\nconfig_schema: {schema}\n"
+            ),
+        );
+    }
+    let out = env.rye(&["validate", "--format", "json", ".ai"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&out.stderr));
+    });
+    let mut rye = vec![None; cases.len()];
+    for finding in report["findings"].as_array().unwrap() {
+        if finding["rule"] != "rye/tool/config-schema" {
+            continue;
+        }
+        let message = finding["message"].as_str().unwrap();
+        let case: usize = message
+            .split("at /properties/s")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no case in {message:?}"));
+        rye[case].get_or_insert(message.to_owned());
+    }
+
+    let disagreements: Vec<String> = cases
+        .iter()
+        .zip(python.iter().zip(&rye))
+        .filter(|(_, (python, rye))| python.is_null() != rye.is_none())
+        .map(|((dialect, schema), (python, rye))| {
+            format!(
+                "{} {schema}: jsonschema {python}, rye {rye:?}",
+                dialect.unwrap_or("2020-12")
+            )
+        })
+        .collect();
+    let refused = rye.iter().filter(|r| r.is_some()).count();
+    assert!(
+        disagreements.is_empty(),
+        "{} of {} cases disagree:\n{}",
+        disagreements.len(),
+        cases.len(),
+        disagreements.join("\n")
+    );
+    assert!(
+        refused > cases.len() / 4 && refused < cases.len() * 3 / 4,
+        "{refused} of {} refused: the cases should mix valid and invalid",
+        cases.len()
+    );
+}
+
+fn with_dialect(dialect: Option<&str>, mut schema: Value) -> Value {
+    if dialect == Some("draft-07") {
+        schema["$schema"] = json!("http://json-schema.org/draft-07/schema#");
+    }
+    schema
+}

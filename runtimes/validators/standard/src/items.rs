@@ -163,14 +163,25 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
         }
     }
     if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
-        let mut problems = Vec::new();
-        crate::schema::check(schema, "", &mut problems);
-        for problem in problems {
-            report.error(
-                "rye/tool/config-schema",
-                format!("{key} is not a valid JSON Schema: {problem}"),
-                Some(key),
-            );
+        use crate::schema::Problem;
+        for problem in crate::schema::check(schema) {
+            match problem {
+                Problem::Invalid(why) => report.error(
+                    "rye/tool/config-schema",
+                    format!("{key} is not a valid JSON Schema: {why}"),
+                    Some(key),
+                ),
+                Problem::Unsatisfiable(why) => report.error(
+                    "rye/tool/config-schema-unsatisfiable",
+                    format!("{key} can never be satisfied: {why}"),
+                    Some(key),
+                ),
+                Problem::UnknownDialect(why) => report.warning(
+                    "rye/tool/config-schema-dialect",
+                    format!("{key} was not checked: {why}"),
+                    Some(key),
+                ),
+            }
         }
     }
     if tool_type == Some("runtime") {

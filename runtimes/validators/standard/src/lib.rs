@@ -1,6 +1,7 @@
 //! The system's own validator: the structure every item kind must have,
-//! runtime YAML against its versioned schema, `config_schema` as JSON
-//! Schema, and the shape of every tool's chain.
+//! runtime YAML against its versioned schema, `config_schema` against the
+//! JSON Schema meta-schema of its dialect, and the shape of every tool's
+//! chain.
 //!
 //! Missing conventional fields (a description, an author) are warnings;
 //! values that are present but wrong (a version that is not semver, a
@@ -9,6 +10,7 @@
 
 mod chain;
 mod items;
+mod regex;
 mod runtime;
 mod schema;
 
