@@ -458,10 +458,16 @@ fn validate_reports_each_problem_with_file_and_line_and_exits_by_severity() {
     clean.ok(&["keys", "generate"]);
     clean.ok(&["keys", "trust"]);
     clean.write(".ai/tools/demo/good.py", COMPLETE);
+    // A project's own copy of an extractor is data, not a chain root.
+    let extractor = ".ai/tools/rye/core/extractors/tool/tool_extractor.yaml";
+    let system = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(extractor);
+    clean.write(extractor, &std::fs::read_to_string(system).unwrap());
     clean.ok(&["sign", "--all"]);
     let report = clean.ok(&["validate", "--require-signed"]);
     assert!(
-        report.contains("1 items, 1 chains, 1 validators: 0 errors, 0 warnings"),
+        report.contains("2 items, 1 chains, 1 validators: 0 errors, 0 warnings"),
         "{report}"
     );
 }
