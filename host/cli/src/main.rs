@@ -136,8 +136,8 @@ enum Command {
         /// Unsigned items are errors, not warnings.
         #[arg(long)]
         require_signed: bool,
-        /// human, json, sarif (SARIF 2.1.0, for code-scanning views) or
-        /// junit (JUnit XML).
+        /// human, json, sarif (SARIF 2.1.0, for code-scanning views), junit
+        /// (JUnit XML) or github (annotations in a GitHub Actions run).
         #[arg(long, default_value = "human")]
         format: String,
         /// No progress bar (there is none in CI or off a terminal anyway).
@@ -444,8 +444,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (Some(name), Some(parent)) if name == ".ai" && root.is_dir() => parent.to_owned(),
                 _ => root,
             };
-            if !["human", "json", "sarif", "junit"].contains(&format.as_str()) {
-                eprintln!("error: unknown format {format:?} (human, json, sarif or junit)");
+            if !["human", "json", "sarif", "junit", "github"].contains(&format.as_str()) {
+                eprintln!("error: unknown format {format:?} (human, json, sarif, junit or github)");
                 std::process::exit(2);
             }
             let bar = output::ProgressBar::new(!quiet);
@@ -467,6 +467,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "json" => output::json(&mut out, &report)?,
                 "sarif" => report::sarif(&mut out, &report)?,
                 "junit" => report::junit(&mut out, &report)?,
+                "github" => {
+                    let base = std::env::current_dir().unwrap_or_else(|_| root.clone());
+                    report::github(&mut out, &report, &base)?
+                }
                 _ => output::report(&mut out, &report)?,
             }
             out.flush()?;

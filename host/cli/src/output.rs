@@ -164,15 +164,21 @@ pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
         }
         writeln!(out, "  {}", crate::report::finding_line(finding))?;
     }
+    if !report.findings.is_empty() {
+        writeln!(out)?;
+    }
+    writeln!(out, "{}", summary(report))
+}
+
+/// `N items, N chains, N validators: N errors, N warnings`.
+pub fn summary(report: &Report) -> String {
     let errors = report
         .findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .count();
-    writeln!(
-        out,
-        "{}{} items, {} chains, {} validators: {} errors, {} warnings",
-        if report.findings.is_empty() { "" } else { "\n" },
+    format!(
+        "{} items, {} chains, {} validators: {} errors, {} warnings",
         report.items,
         report.chains,
         report.validators.len(),

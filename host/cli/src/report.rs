@@ -1,6 +1,7 @@
 //! `rye validate` reports for machines: SARIF 2.1.0 for code-scanning
-//! views, JUnit XML for test dashboards. Paths are written relative to the
-//! folder validated, so a report made in CI points into the repository.
+//! views, JUnit XML for test dashboards, GitHub Actions annotations. Paths
+//! are written relative to the folder validated (annotations: to the
+//! working folder), so a report made in CI points into the repository.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -170,6 +171,50 @@ pub fn junit(out: &mut impl Write, report: &Report) -> io::Result<()> {
     writeln!(out, "</testsuites>")
 }
 
+/// The report as GitHub Actions workflow commands: an annotation per
+/// finding, shown on its file and line in the run and the pull request,
+/// then the summary as a plain line. Paths are relative to `base`, the
+/// job's working folder (the repository's root after a checkout).
+pub fn github(out: &mut impl Write, report: &Report, base: &Path) -> io::Result<()> {
+    for f in &report.findings {
+        let command = match f.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "notice",
+        };
+        let mut properties = vec![format!(
+            "file={}",
+            command_property(&relative_path(base, &f.path))
+        )];
+        if let Some(line) = f.line {
+            properties.push(format!("line={}", line.max(1)));
+            if let Some(column) = f.column {
+                properties.push(format!("col={}", column.max(1)));
+            }
+        }
+        properties.push(format!("title={}", command_property(&f.rule)));
+        writeln!(
+            out,
+            "::{command} {}::{}",
+            properties.join(","),
+            command_data(&f.message)
+        )?;
+    }
+    writeln!(out, "{}", crate::output::summary(report))
+}
+
+/// A workflow command's message: `%`, CR and LF escaped.
+fn command_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A workflow command's property value: as data, and `:` and `,` too.
+fn command_property(text: &str) -> String {
+    command_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
 /// One finding as a line: `line:column: severity[rule]: message`.
 pub fn finding_line(f: &Finding) -> String {
     let at = match (f.line, f.column) {
@@ -273,5 +318,7 @@ mod tests {
             "&lt;a &amp; &quot;b&quot;&gt;\u{fffd}"
         );
         assert_eq!(directory_uri(Path::new("/work/repo")), "file:///work/repo/");
+        assert_eq!(command_data("50% done\r\nnext"), "50%25 done%0D%0Anext");
+        assert_eq!(command_property("a:b,c%"), "a%3Ab%2Cc%25");
     }
 }

@@ -737,6 +737,23 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
     );
     assert_eq!(location["region"]["startLine"], 3);
 
+    // GitHub Actions annotations, with paths from the working folder.
+    let github = env.rye(&["validate", "--format", "github"]);
+    assert_eq!(github.status.code(), Some(1));
+    let github = String::from_utf8(github.stdout).unwrap();
+    let annotations = github.lines().filter(|l| l.starts_with("::")).count();
+    assert_eq!(annotations, findings.len(), "{github}");
+    assert!(
+        github.contains(
+            "::error file=.ai/tools/demo/version.py,line=3,col=1,title=rye/tool/version::"
+        ),
+        "{github}"
+    );
+    assert!(
+        github.lines().last().unwrap().ends_with("warnings"),
+        "{github}"
+    );
+
     match common::test_python() {
         Some(python) => {
             let checker =
