@@ -21,8 +21,13 @@ pub fn to_json(text: &str, line_offset: u32) -> Result<Value, ParseError> {
             None => ParseError::syntax(message),
         }
     })?;
-    convert(yaml)
+    convert(yaml, 0)
 }
+
+/// How deeply a document may nest. The YAML reader stops at 128 levels
+/// itself; the host reads a parser's answer as JSON, which must stay inside
+/// its own limit of 128 levels with the parser's wrapping around it.
+pub const MAX_DEPTH: usize = 100;
 
 /// Parses a YAML document that must be a mapping (or empty).
 pub fn mapping(text: &str, line_offset: u32) -> Result<Map<String, Value>, ParseError> {
@@ -51,23 +56,32 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn convert(yaml: Yaml) -> Result<Value, ParseError> {
+fn convert(yaml: Yaml, depth: usize) -> Result<Value, ParseError> {
+    let nested = matches!(yaml, Yaml::Sequence(_) | Yaml::Mapping(_));
+    if nested && depth >= MAX_DEPTH {
+        return Err(ParseError::structure(format!(
+            "the document nests lists and mappings more than {MAX_DEPTH} levels deep"
+        )));
+    }
     Ok(match yaml {
         Yaml::Null => Value::Null,
         Yaml::Bool(b) => Value::Bool(b),
         Yaml::Number(n) => number(&n)?,
         Yaml::String(s) => Value::String(s),
-        Yaml::Sequence(items) => {
-            Value::Array(items.into_iter().map(convert).collect::<Result<_, _>>()?)
-        }
+        Yaml::Sequence(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| convert(item, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
         Yaml::Mapping(entries) => {
             let mut map = Map::new();
             for (key, value) in entries {
-                map.insert(key_text(key)?, convert(value)?);
+                map.insert(key_text(key)?, convert(value, depth + 1)?);
             }
             Value::Object(map)
         }
-        Yaml::Tagged(tagged) => convert(tagged.value)?,
+        Yaml::Tagged(tagged) => convert(tagged.value, depth)?,
     })
 }
 
@@ -116,6 +130,16 @@ mod tests {
             panic!()
         };
         assert!(e.at.unwrap().line > 10);
+    }
+
+    #[test]
+    fn nesting_is_bounded_below_the_hosts_json_limit() {
+        let nest = |n: usize| format!("{}1{}", "{a: ".repeat(n), "}".repeat(n));
+        assert!(to_json(&nest(MAX_DEPTH), 0).is_ok());
+        let Err(ParseError::Structure(e)) = to_json(&nest(MAX_DEPTH + 1), 0) else {
+            panic!()
+        };
+        assert!(e.message.contains("100 levels"), "{}", e.message);
     }
 
     #[test]
