@@ -137,3 +137,129 @@ fn garbage_text_is_a_syntax_error_with_a_position() {
         );
     }
 }
+
+#[test]
+fn nesting_at_the_yaml_bound_parses_and_past_it_is_a_clear_error() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let flow = |n: usize| format!("{}1{}", "{a: ".repeat(n), "}".repeat(n));
+    let block = |n: usize| {
+        (0..n)
+            .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+            .collect::<String>()
+            + &format!("{}v: 1\n", "  ".repeat(n))
+    };
+    // The document is one level; `deep` holds the rest.
+    write(
+        p,
+        ".ai/tools/deep/at.yaml",
+        format!("version: '1.0.0'\ndeep: {}\n", flow(99)),
+    );
+    write(
+        p,
+        ".ai/tools/deep/past.yaml",
+        format!("version: '1.0.0'\ndeep: {}\n", flow(100)),
+    );
+    // Deep enough to have overflowed the parser's stack before the YAML
+    // reader's own limit of 128 stopped it.
+    write(
+        p,
+        ".ai/tools/deep/far.yaml",
+        format!("version: '1.0.0'\ndeep: {}\n", flow(126)),
+    );
+    write(
+        p,
+        ".ai/knowledge/deep/k.md",
+        format!("```yaml\nname: k\n{}```\nbody\n", block(126)),
+    );
+    let rye = common::rye(user.path());
+
+    let at = load(&rye, p, ItemKind::Tool, "deep/at");
+    assert_eq!(verdict(&at), "");
+    assert_eq!(at.metadata["version"], "1.0.0");
+    for (kind, id) in [
+        (ItemKind::Tool, "deep/past"),
+        (ItemKind::Tool, "deep/far"),
+        (ItemKind::Knowledge, "deep/k"),
+    ] {
+        let error = verdict(&load(&rye, p, kind, id));
+        assert!(
+            error.contains("more than 100 levels deep"),
+            "{kind} {id}: {error}"
+        );
+    }
+}
+
+/// Items built to make the system validator fail: a schema nested as
+/// deeply as the Python parser allows, a pattern of 100,000 nested groups,
+/// a schema with a thousand wrong properties. Each gets findings of its
+/// own; the validator never crashes or overflows its bounds, so it goes on
+/// to check the next item.
+#[test]
+fn the_system_validator_survives_items_built_to_break_it() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let tool = |schema: String| {
+        format!(
+            "\"\"\"A tool.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'script'\n__executor_id__ = 'rye/core/runtimes/bash/bash'\nCONFIG_SCHEMA = {schema}\n"
+        )
+    };
+    let mut nested = "{'type': 5}".to_owned();
+    for _ in 0..98 {
+        nested = format!("{{'not': {nested}}}");
+    }
+    write_unsigned(p, ".ai/tools/hostile/nested.py", tool(nested));
+    let groups = 100_000;
+    let pattern = format!("{}a{}", "(?:".repeat(groups), ")".repeat(groups - 1));
+    write_unsigned(
+        p,
+        ".ai/tools/hostile/pattern.py",
+        tool(format!(
+            "{{'properties': {{'x': {{'pattern': '{pattern}'}}}}}}"
+        )),
+    );
+    let wrong: Vec<String> = (0..1000)
+        .map(|i| format!("'p{i}': {{'type': 'text'}}"))
+        .collect();
+    write_unsigned(
+        p,
+        ".ai/tools/hostile/many.py",
+        tool(format!("{{'properties': {{{}}}}}", wrong.join(", "))),
+    );
+    write_unsigned(p, ".ai/tools/hostile/plain.py", tool("{'type': 5}".into()));
+    let rye = common::rye(user.path());
+    let report = rye
+        .validate_tree(p, rye_host::ValidateOptions::default())
+        .unwrap();
+    let of = |file: &str| -> Vec<&rye_host::Finding> {
+        report
+            .findings
+            .iter()
+            .filter(|f| f.path.ends_with(file))
+            .collect()
+    };
+    let crashed: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.rule.starts_with("validator/"))
+        .collect();
+    assert!(crashed.is_empty(), "{crashed:#?}");
+    let has = |file: &str, rule: &str, text: &str| {
+        of(file)
+            .iter()
+            .any(|f| f.rule == rule && f.message.contains(text))
+    };
+    assert!(has(
+        "nested.py",
+        "rye/tool/config-schema-depth",
+        "more than 48 levels"
+    ));
+    assert!(has("pattern.py", "rye/tool/config-schema", "not closed"));
+    let from_the_validator = of("many.py")
+        .iter()
+        .filter(|f| f.validator.as_deref() == Some("rye/standard"))
+        .count();
+    assert_eq!(from_the_validator, 100);
+    assert!(has("many.py", "rye/more", "more findings"));
+    assert!(has("plain.py", "rye/tool/config-schema", "type is 5"));
+}

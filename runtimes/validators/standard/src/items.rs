@@ -176,6 +176,11 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
                     format!("{key} can never be satisfied: {why}"),
                     Some(key),
                 ),
+                Problem::TooDeep(why) => report.warning(
+                    "rye/tool/config-schema-depth",
+                    format!("{key} was checked only in part: {why}"),
+                    Some(key),
+                ),
                 Problem::UnknownDialect(why) => report.warning(
                     "rye/tool/config-schema-dialect",
                     format!("{key} was not checked: {why}"),

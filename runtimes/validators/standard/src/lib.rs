@@ -32,22 +32,55 @@ impl Validator for Standard {
     }
 
     fn validate(subject: Subject) -> Result<Vec<Diagnostic>, String> {
-        match subject {
-            Subject::Item(item) => {
-                let document: Map<String, Value> =
-                    match rye_guest::serde_json::from_str(&item.parsed) {
-                        Ok(Value::Object(map)) => map,
-                        _ => return Err("the parsed document is not a JSON object".into()),
-                    };
-                let mut report = Report::new(&item.content);
-                items::check(item.kind, &item.item_id, &document, &mut report);
-                Ok(report.found)
-            }
-            Subject::Chain(links) => {
-                let mut found = Vec::new();
-                chain::check(&links, &mut found);
-                Ok(found)
-            }
+        check(subject).map(bounded)
+    }
+}
+
+/// The host cuts, and stops, a validator that answers with more than 200
+/// findings or a message over 2,000 characters. Findings here quote what
+/// they are about (a pattern, a value), which a hostile item can make
+/// huge, so they are held well inside both bounds.
+const MAX_FINDINGS: usize = 100;
+const MAX_MESSAGE: usize = 1_000;
+
+fn bounded(mut found: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    if found.len() > MAX_FINDINGS {
+        let more = found.len() - (MAX_FINDINGS - 1);
+        let worst = found
+            .iter()
+            .skip(MAX_FINDINGS - 1)
+            .any(|d| d.severity == rye_guest::validator::Severity::Error);
+        found.truncate(MAX_FINDINGS - 1);
+        let message = format!("{more} more findings like the ones above are not listed");
+        found.push(if worst {
+            Diagnostic::error("rye/more", message)
+        } else {
+            Diagnostic::warning("rye/more", message)
+        });
+    }
+    for d in &mut found {
+        if d.message.chars().count() > MAX_MESSAGE {
+            d.message = d.message.chars().take(MAX_MESSAGE - 1).collect::<String>() + "…";
+        }
+    }
+    found
+}
+
+fn check(subject: Subject) -> Result<Vec<Diagnostic>, String> {
+    match subject {
+        Subject::Item(item) => {
+            let document: Map<String, Value> = match rye_guest::serde_json::from_str(&item.parsed) {
+                Ok(Value::Object(map)) => map,
+                _ => return Err("the parsed document is not a JSON object".into()),
+            };
+            let mut report = Report::new(&item.content);
+            items::check(item.kind, &item.item_id, &document, &mut report);
+            Ok(report.found)
+        }
+        Subject::Chain(links) => {
+            let mut found = Vec::new();
+            chain::check(&links, &mut found);
+            Ok(found)
         }
     }
 }
@@ -129,6 +162,17 @@ pub(crate) fn is_semver(text: &str) -> bool {
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// `text` for a message: whole when short, else its start and end.
+pub(crate) fn short(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= 80 {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(48).collect();
+    let tail: String = text.chars().skip(count - 24).collect();
+    format!("{head}…{tail}")
+}
+
 /// A JSON value's kind, for messages.
 pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -154,6 +198,23 @@ mod tests {
         assert_eq!(locate(text, "name"), Some((4, 12)));
         assert_eq!(locate(text, "author"), Some((5, 3)));
         assert_eq!(locate(text, "missing"), None);
+    }
+
+    #[test]
+    fn findings_stay_inside_the_hosts_bounds() {
+        let many: Vec<Diagnostic> = (0..500)
+            .map(|i| Diagnostic::warning("r", "x".repeat(if i == 3 { 5_000 } else { 10 })))
+            .chain([Diagnostic::error("r", "late")])
+            .collect();
+        let kept = bounded(many);
+        assert_eq!(kept.len(), MAX_FINDINGS);
+        assert_eq!(kept[3].message.chars().count(), MAX_MESSAGE);
+        let last = kept.last().unwrap();
+        assert_eq!(
+            last.message,
+            "402 more findings like the ones above are not listed"
+        );
+        assert_eq!(last.severity, rye_guest::validator::Severity::Error);
     }
 
     #[test]

@@ -14,15 +14,17 @@ pub(crate) fn check(pattern: &str) -> Result<(), String> {
     let mut parser = Parser {
         chars: pattern.chars().collect(),
         pos: 0,
-        depth: 0,
         groups: 0,
         names: Vec::new(),
         references: Vec::new(),
         named_references: Vec::new(),
     };
-    parser.disjunction()?;
-    if parser.pos < parser.chars.len() {
-        return Err(format!("unmatched ')' at character {}", parser.pos + 1));
+    parser.parse()?;
+    if parser.groups > MAX_CAPTURES {
+        return Err(format!(
+            "{} capturing groups; JavaScript engines accept at most {MAX_CAPTURES}",
+            parser.groups
+        ));
     }
     for (group, at) in &parser.references {
         if *group > parser.groups {
@@ -43,10 +45,12 @@ pub(crate) fn check(pattern: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most capturing groups V8 (Node.js, Chromium) compiles.
+const MAX_CAPTURES: u32 = 32_767;
+
 struct Parser {
     chars: Vec<char>,
     pos: usize,
-    depth: usize,
     groups: u32,
     names: Vec<String>,
     /// Numbered back references with their positions, checked at the end
@@ -110,25 +114,32 @@ impl Parser {
         self.pos + 1
     }
 
-    fn disjunction(&mut self) -> Result<(), String> {
-        loop {
-            self.alternative()?;
-            match self.peek() {
-                Some('|') => self.pos += 1,
-                Some(')') if self.depth == 0 => {
-                    return Err(format!("unmatched ')' at character {}", self.here()));
-                }
-                _ => return Ok(()),
-            }
-        }
-    }
-
-    fn alternative(&mut self) -> Result<(), String> {
+    /// Reads the whole pattern. Groups are kept on a stack of their own,
+    /// not the call stack, so nesting is bounded by nothing but memory (as
+    /// in JavaScript engines).
+    fn parse(&mut self) -> Result<(), String> {
+        // Each open group: where it opened, and whether it may take a
+        // quantifier once closed.
+        let mut open: Vec<(usize, bool)> = Vec::new();
         // Whether the term just read may take a quantifier.
         let mut quantifiable = false;
         while let Some(c) = self.peek() {
             match c {
-                '|' | ')' => return Ok(()),
+                '|' => {
+                    self.pos += 1;
+                    quantifiable = false;
+                }
+                '(' => {
+                    open.push((self.here(), self.open_group()?));
+                    quantifiable = false;
+                }
+                ')' => {
+                    let Some((_, after)) = open.pop() else {
+                        return Err(format!("unmatched ')' at character {}", self.here()));
+                    };
+                    self.pos += 1;
+                    quantifiable = after;
+                }
                 '^' | '$' => {
                     self.pos += 1;
                     quantifiable = false;
@@ -155,7 +166,6 @@ impl Parser {
                         self.here()
                     ));
                 }
-                '(' => quantifiable = self.group()?,
                 '[' => {
                     self.class()?;
                     quantifiable = true;
@@ -167,7 +177,12 @@ impl Parser {
                 }
             }
         }
-        Ok(())
+        match open.last() {
+            Some((opened, _)) => Err(format!(
+                "the group opened at character {opened} is not closed"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// A quantifier `length` characters long at `pos`, and its lazy `?`.
@@ -230,8 +245,9 @@ impl Parser {
         Ok(Some(end + 1 - self.pos))
     }
 
-    /// At `(`: reads the group; returns whether it may take a quantifier.
-    fn group(&mut self) -> Result<bool, String> {
+    /// At `(`: reads the group's opening; returns whether the group may
+    /// take a quantifier once closed.
+    fn open_group(&mut self) -> Result<bool, String> {
         let opened = self.here();
         self.pos += 1;
         let mut quantifiable = true;
@@ -271,15 +287,6 @@ impl Parser {
         } else {
             self.groups += 1;
         }
-        self.depth += 1;
-        self.disjunction()?;
-        self.depth -= 1;
-        if self.peek() != Some(')') {
-            return Err(format!(
-                "the group opened at character {opened} is not closed"
-            ));
-        }
-        self.pos += 1;
         Ok(quantifiable)
     }
 
@@ -553,6 +560,20 @@ mod tests {
         ] {
             assert_eq!(check(pattern), Ok(()), "{pattern:?}");
         }
+    }
+
+    #[test]
+    fn nesting_is_bounded_by_memory_not_the_stack() {
+        let deep = |open: &str, n: usize| format!("{}a{}", open.repeat(n), ")".repeat(n));
+        assert_eq!(check(&deep("(?:", 100_000)), Ok(()));
+        assert_eq!(check(&deep("(", 32_767)), Ok(()));
+        let captures = check(&deep("(", 32_768)).unwrap_err();
+        assert!(captures.contains("at most 32767"), "{captures}");
+        let unclosed = check(&"(".repeat(100_000)).unwrap_err();
+        assert!(
+            unclosed.contains("character 100000 is not closed"),
+            "{unclosed}"
+        );
     }
 
     #[test]

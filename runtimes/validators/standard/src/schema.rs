@@ -27,7 +27,14 @@ pub(crate) enum Problem {
     Unsatisfiable(String),
     /// `$schema` names a dialect not checked here; nothing else was checked.
     UnknownDialect(String),
+    /// Subschemas nest deeper than [`MAX_DEPTH`]; those below were not
+    /// checked.
+    TooDeep(String),
 }
+
+/// How deeply subschemas are followed. Real config schemas nest a handful
+/// of levels; the bound keeps a hostile one from exhausting the stack.
+pub(crate) const MAX_DEPTH: usize = 48;
 
 /// Every way `schema` breaks the meta-schema of the dialect its `$schema`
 /// names (2020-12 when it names none), each with the JSON pointer of the
@@ -36,6 +43,8 @@ pub(crate) fn check(schema: &Value) -> Vec<Problem> {
     let mut checker = Checker {
         dialect: Dialect::Draft2020,
         problems: Vec::new(),
+        depth: 0,
+        too_deep: false,
     };
     match schema.get("$schema").map(|s| s.as_str().map(dialect_of)) {
         None | Some(None) => {}
@@ -158,16 +167,39 @@ fn rule(dialect: Dialect, keyword: &str) -> Option<Rule> {
 struct Checker {
     dialect: Dialect,
     problems: Vec<Problem>,
+    /// How many subschemas enclose the one being checked.
+    depth: usize,
+    too_deep: bool,
 }
 
 impl Checker {
     fn invalid(&mut self, at: &str, message: String) {
-        let at = if at.is_empty() { "/" } else { at };
+        let at = if at.is_empty() {
+            "/".into()
+        } else {
+            crate::short(at)
+        };
         self.problems
             .push(Problem::Invalid(format!("at {at}: {message}")));
     }
 
     fn schema(&mut self, schema: &Value, at: &str) {
+        if self.depth >= MAX_DEPTH {
+            if !self.too_deep {
+                self.too_deep = true;
+                self.problems.push(Problem::TooDeep(format!(
+                    "at {}: subschemas nest more than {MAX_DEPTH} levels deep; the ones below were not checked",
+                    crate::short(at)
+                )));
+            }
+            return;
+        }
+        self.depth += 1;
+        self.subschema(schema, at);
+        self.depth -= 1;
+    }
+
+    fn subschema(&mut self, schema: &Value, at: &str) {
         let object = match schema {
             Value::Bool(_) => return,
             Value::Object(object) => object,
@@ -214,7 +246,8 @@ impl Checker {
                         self.invalid(
                             at,
                             format!(
-                                "property pattern {name:?} is not an ECMA-262 regular expression: {why}"
+                                "property pattern {:?} is not an ECMA-262 regular expression: {why}",
+                                crate::short(name)
                             ),
                         );
                     }
@@ -314,7 +347,8 @@ impl Checker {
                         self.invalid(
                             at,
                             format!(
-                                "pattern {pattern:?} is not an ECMA-262 regular expression: {why}"
+                                "pattern {:?} is not an ECMA-262 regular expression: {why}",
+                                crate::short(pattern)
                             ),
                         );
                     }
@@ -501,6 +535,19 @@ mod tests {
         // Draft-07 does not know $defs, so does not check inside it.
         assert!(invalid(json!({"$schema": "http://json-schema.org/draft-07/schema", "$defs": {"a": {"type": 1}}})).is_empty());
         assert_eq!(invalid(json!({"$defs": {"a": {"type": 1}}})).len(), 1);
+    }
+
+    #[test]
+    fn nesting_past_the_bound_is_said_once_and_not_followed() {
+        let mut schema = json!({"type": 5});
+        for _ in 0..MAX_DEPTH + 10 {
+            schema = json!({ "not": schema });
+        }
+        let found = check(&schema);
+        assert!(
+            matches!(found.as_slice(), [Problem::TooDeep(_)]),
+            "{found:?}"
+        );
     }
 
     #[test]
