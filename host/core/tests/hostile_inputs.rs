@@ -192,7 +192,8 @@ fn nesting_at_the_yaml_bound_parses_and_past_it_is_a_clear_error() {
 
 /// Items built to make the system validator fail: a schema nested as
 /// deeply as the Python parser allows, a pattern of 100,000 nested groups,
-/// a schema with a thousand wrong properties. Each gets findings of its
+/// a schema with a thousand wrong properties, lists long enough that
+/// quadratic work would pass the validator's deadline. Each gets findings of its
 /// own; the validator never crashes or overflows its bounds, so it goes on
 /// to check the next item.
 #[test]
@@ -225,6 +226,24 @@ fn the_system_validator_survives_items_built_to_break_it() {
         p,
         ".ai/tools/hostile/many.py",
         tool(format!("{{'properties': {{{}}}}}", wrong.join(", "))),
+    );
+    // Work that grows with the square of a list would pass the deadline.
+    let required: Vec<String> = (0..100_000).map(|i| format!("'n{i}'")).collect();
+    write_unsigned(
+        p,
+        ".ai/tools/hostile/required.py",
+        tool(format!(
+            "{{'required': [{}], 'type': 5}}",
+            required.join(", ")
+        )),
+    );
+    let named: String = (0..32_000).map(|i| format!("(?<g{i}>a)")).collect();
+    write_unsigned(
+        p,
+        ".ai/tools/hostile/names.py",
+        tool(format!(
+            "{{'properties': {{'x': {{'pattern': '{named}\\k<nope>'}}}}}}"
+        )),
     );
     write_unsigned(p, ".ai/tools/hostile/plain.py", tool("{'type': 5}".into()));
     let rye = common::rye(user.path());
@@ -261,5 +280,7 @@ fn the_system_validator_survives_items_built_to_break_it() {
         .count();
     assert_eq!(from_the_validator, 100);
     assert!(has("many.py", "rye/more", "more findings"));
+    assert!(has("required.py", "rye/tool/config-schema", "type is 5"));
+    assert!(has("names.py", "rye/tool/config-schema", "\\k<nope>"));
     assert!(has("plain.py", "rye/tool/config-schema", "type is 5"));
 }

@@ -8,6 +8,8 @@
 //! General_Category values and binary properties; a Script value is
 //! checked for its form only.
 
+use std::collections::BTreeSet;
+
 /// `Ok` when `pattern` is valid; otherwise why not, with the 1-based
 /// character position of the fault.
 pub(crate) fn check(pattern: &str) -> Result<(), String> {
@@ -15,7 +17,7 @@ pub(crate) fn check(pattern: &str) -> Result<(), String> {
         chars: pattern.chars().collect(),
         pos: 0,
         groups: 0,
-        names: Vec::new(),
+        names: BTreeSet::new(),
         references: Vec::new(),
         named_references: Vec::new(),
     };
@@ -52,7 +54,7 @@ struct Parser {
     chars: Vec<char>,
     pos: usize,
     groups: u32,
-    names: Vec<String>,
+    names: BTreeSet<String>,
     /// Numbered back references with their positions, checked at the end
     /// (a reference may come before its group).
     references: Vec<(u32, usize)>,
@@ -265,12 +267,11 @@ impl Parser {
                 (Some('<'), _) => {
                     self.pos += 2;
                     let name = self.group_name('>')?;
-                    if self.names.contains(&name) {
+                    if !self.names.insert(name.clone()) {
                         return Err(format!(
                             "the group name {name:?} at character {opened} is used twice"
                         ));
                     }
-                    self.names.push(name);
                     self.groups += 1;
                 }
                 (Some('P'), Some('<' | '=' | '>')) => {

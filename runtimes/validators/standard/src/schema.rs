@@ -468,9 +468,8 @@ impl Checker {
 
 /// Whether the values of `list` differ from each other.
 fn distinct(list: &[Value]) -> bool {
-    list.iter()
-        .enumerate()
-        .all(|(i, a)| list[i + 1..].iter().all(|b| a != b))
+    let mut seen = std::collections::BTreeSet::new();
+    list.iter().all(|v| seen.insert(v.to_string()))
 }
 
 /// A name as a JSON pointer token.
