@@ -1,6 +1,8 @@
 //! Python literal expressions, as `ast.literal_eval` accepts them, and
 //! their JSON form.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use rye_guest::serde_json::{Map, Number, Value};
 
 use crate::lexer::{StrValue, Tok, Token};
@@ -342,12 +344,11 @@ fn to_json(lit: Lit) -> Result<Value, Rejection> {
         }
         Lit::Set(items) => {
             // Python keeps the first of equal elements (`{1, True}` is `{1}`).
-            let mut seen: Vec<Canon> = Vec::with_capacity(items.len());
+            let mut seen = BTreeSet::new();
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 let canon = canon(&item).ok_or(Rejection::NotLiteral)?;
-                if !seen.contains(&canon) {
-                    seen.push(canon);
+                if seen.insert(canon) {
                     out.push(to_json(item)?);
                 }
             }
@@ -356,15 +357,15 @@ fn to_json(lit: Lit) -> Result<Value, Rejection> {
         Lit::Dict(pairs) => {
             // Equal keys (`1` and `True`) are one entry: the first key's
             // spelling with the last value, as in a Python dict.
-            let mut keys: Vec<(Canon, String)> = Vec::with_capacity(pairs.len());
+            let mut keys: BTreeMap<Canon, String> = BTreeMap::new();
             let mut map = Map::with_capacity(pairs.len());
             for (key, value) in pairs {
                 let canon = canon(&key).ok_or(Rejection::NotLiteral)?;
-                let name = match keys.iter().find(|(c, _)| *c == canon) {
-                    Some((_, name)) => name.clone(),
+                let name = match keys.get(&canon) {
+                    Some(name) => name.clone(),
                     None => {
                         let name = key_json(key)?;
-                        keys.push((canon, name.clone()));
+                        keys.insert(canon, name.clone());
                         name
                     }
                 };
@@ -379,7 +380,7 @@ fn to_json(lit: Lit) -> Result<Value, Rejection> {
 /// A literal under Python's equality, for hashable values: `True == 1`,
 /// `1.0 == 1`. `None` for unhashable values (lists, dicts, sets), which
 /// Python refuses as set elements and dict keys.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Canon {
     Int(bool, u128),
     Float(u64),
