@@ -245,6 +245,17 @@ fn the_system_validator_survives_items_built_to_break_it() {
             "{{'properties': {{'x': {{'pattern': '{named}\\k<nope>'}}}}}}"
         )),
     );
+    // Twenty thousand findings about a key written on the last line.
+    let filler: String = (0..20_000).map(|i| format!("X_{i} = {i}\n")).collect();
+    let wrong: Vec<String> = (0..20_000)
+        .map(|i| format!("'p{i}': {{'type': 'text'}}"))
+        .collect();
+    write_unsigned(
+        p,
+        ".ai/tools/hostile/late.py",
+        tool(format!("{{'properties': {{{}}}}}", wrong.join(", ")))
+            .replace("CONFIG_SCHEMA", &format!("{filler}CONFIG_SCHEMA")),
+    );
     write_unsigned(p, ".ai/tools/hostile/plain.py", tool("{'type': 5}".into()));
     let rye = common::rye(user.path());
     let report = rye
@@ -282,5 +293,10 @@ fn the_system_validator_survives_items_built_to_break_it() {
     assert!(has("many.py", "rye/more", "more findings"));
     assert!(has("required.py", "rye/tool/config-schema", "type is 5"));
     assert!(has("names.py", "rye/tool/config-schema", "\\k<nope>"));
+    assert!(
+        has("late.py", "rye/more", "more findings"),
+        "{:#?}",
+        of("late.py").iter().take(3).collect::<Vec<_>>()
+    );
     assert!(has("plain.py", "rye/tool/config-schema", "type is 5"));
 }

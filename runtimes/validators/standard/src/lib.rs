@@ -92,6 +92,9 @@ rye_guest::export_validator!(Standard);
 pub(crate) struct Report<'a> {
     content: &'a str,
     pub(crate) found: Vec<Diagnostic>,
+    /// Where each key was found, so many findings about one key read the
+    /// file once.
+    located: std::collections::BTreeMap<String, Option<(u32, u32)>>,
 }
 
 impl<'a> Report<'a> {
@@ -99,6 +102,7 @@ impl<'a> Report<'a> {
         Self {
             content,
             found: Vec::new(),
+            located: std::collections::BTreeMap::new(),
         }
     }
 
@@ -113,7 +117,14 @@ impl<'a> Report<'a> {
     }
 
     fn push(&mut self, d: Diagnostic, key: Option<&str>) {
-        let d = match key.and_then(|k| locate(self.content, k)) {
+        let content = self.content;
+        let at = key.and_then(|k| {
+            *self
+                .located
+                .entry(k.to_owned())
+                .or_insert_with(|| locate(content, k))
+        });
+        let d = match at {
             Some((line, column)) => d.at(line, column),
             None => d,
         };
