@@ -515,10 +515,10 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
         ".ai/tools/demo/version.py",
         "\"\"\"Versioned badly.\"\"\"\n__tool_type__ = 'python'\n__version__ = '1.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
     );
-    // config_schema that is not a JSON Schema, on line 5.
+    // config_schema that is not a JSON Schema: its `type` on line 7.
     env.write(
         ".ai/tools/demo/schema.py",
-        "\"\"\"Bad schema.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {'type': 'text'}\n",
+        "\"\"\"Bad schema.\"\"\"\n__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\nCONFIG_SCHEMA = {\n    'properties': {'type': {'type': 'string'}},\n    'type': 'text',\n}\n",
     );
     // Runtime YAML against rye/runtime@1: config.timeout of the wrong kind.
     env.write(
@@ -607,7 +607,12 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
     );
     assert_eq!(
         at(find("demo/schema.py", "rye/tool/config-schema")),
-        (Some(5), "error".into())
+        (Some(7), "error".into())
+    );
+    // The line and column of the bad keyword, not of CONFIG_SCHEMA.
+    assert_eq!(
+        find("demo/schema.py", "rye/tool/config-schema")["column"],
+        5
     );
     assert_eq!(
         at(find("demo/runtime.yaml", "rye/runtime/schema")),

@@ -163,28 +163,34 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
         }
     }
     if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
-        use crate::schema::Problem;
+        use crate::schema::Kind;
         for problem in crate::schema::check(schema) {
-            match problem {
-                Problem::Invalid(why) => report.error(
+            let why = &problem.message;
+            let at = &problem.at;
+            match problem.kind {
+                Kind::Invalid => report.error_in(
                     "rye/tool/config-schema",
                     format!("{key} is not a valid JSON Schema: {why}"),
-                    Some(key),
+                    key,
+                    at,
                 ),
-                Problem::Unsatisfiable(why) => report.error(
+                Kind::Unsatisfiable => report.error_in(
                     "rye/tool/config-schema-unsatisfiable",
                     format!("{key} can never be satisfied: {why}"),
-                    Some(key),
+                    key,
+                    at,
                 ),
-                Problem::TooDeep(why) => report.warning(
+                Kind::TooDeep => report.warning_in(
                     "rye/tool/config-schema-depth",
                     format!("{key} was checked only in part: {why}"),
-                    Some(key),
+                    key,
+                    at,
                 ),
-                Problem::UnknownDialect(why) => report.warning(
+                Kind::UnknownDialect => report.warning_in(
                     "rye/tool/config-schema-dialect",
                     format!("{key} was not checked: {why}"),
-                    Some(key),
+                    key,
+                    at,
                 ),
             }
         }

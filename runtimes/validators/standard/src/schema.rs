@@ -18,18 +18,42 @@ pub(crate) enum Dialect {
     Draft2020,
 }
 
-/// What is wrong with a schema.
+/// One thing wrong with a schema.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Problem {
+pub(crate) struct Problem {
+    pub(crate) kind: Kind,
+    /// The JSON pointer of the place (`""` for the whole schema).
+    pub(crate) at: String,
+    /// What is wrong, starting with the place.
+    pub(crate) message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
     /// The schema breaks its dialect's meta-schema.
-    Invalid(String),
+    Invalid,
     /// Valid, but no value can pass it.
-    Unsatisfiable(String),
+    Unsatisfiable,
     /// `$schema` names a dialect not checked here; nothing else was checked.
-    UnknownDialect(String),
+    UnknownDialect,
     /// Subschemas nest deeper than [`MAX_DEPTH`]; those below were not
     /// checked.
-    TooDeep(String),
+    TooDeep,
+}
+
+impl Problem {
+    fn new(kind: Kind, at: &str, message: impl std::fmt::Display) -> Self {
+        let shown = if at.is_empty() {
+            "/".into()
+        } else {
+            crate::short(at)
+        };
+        Self {
+            kind,
+            at: at.to_owned(),
+            message: format!("at {shown}: {message}"),
+        }
+    }
 }
 
 /// How deeply subschemas are followed. Real config schemas nest a handful
@@ -50,11 +74,16 @@ pub(crate) fn check(schema: &Value) -> Vec<Problem> {
         None | Some(None) => {}
         Some(Some(Ok(dialect))) => checker.dialect = dialect,
         Some(Some(Err(uri))) => {
-            return vec![Problem::UnknownDialect(format!(
-                "$schema {uri:?} is a dialect this validator does not check; it knows draft 2020-12 ({}) and draft-07 ({})",
-                "https://json-schema.org/draft/2020-12/schema",
-                "http://json-schema.org/draft-07/schema#",
-            ))];
+            return vec![Problem::new(
+                Kind::UnknownDialect,
+                "/$schema",
+                format!(
+                    "{:?} is a dialect this validator does not check; it knows draft 2020-12 ({}) and draft-07 ({})",
+                    crate::short(uri),
+                    "https://json-schema.org/draft/2020-12/schema",
+                    "http://json-schema.org/draft-07/schema#",
+                ),
+            )];
         }
     }
     checker.schema(schema, "");
@@ -174,23 +203,20 @@ struct Checker {
 
 impl Checker {
     fn invalid(&mut self, at: &str, message: String) {
-        let at = if at.is_empty() {
-            "/".into()
-        } else {
-            crate::short(at)
-        };
-        self.problems
-            .push(Problem::Invalid(format!("at {at}: {message}")));
+        self.problems.push(Problem::new(Kind::Invalid, at, message));
     }
 
     fn schema(&mut self, schema: &Value, at: &str) {
         if self.depth >= MAX_DEPTH {
             if !self.too_deep {
                 self.too_deep = true;
-                self.problems.push(Problem::TooDeep(format!(
-                    "at {}: subschemas nest more than {MAX_DEPTH} levels deep; the ones below were not checked",
-                    crate::short(at)
-                )));
+                self.problems.push(Problem::new(
+                    Kind::TooDeep,
+                    at,
+                    format!(
+                        "subschemas nest more than {MAX_DEPTH} levels deep; the ones below were not checked"
+                    ),
+                ));
             }
             return;
         }
@@ -457,10 +483,13 @@ impl Checker {
         };
         for name in required.iter().filter_map(Value::as_str) {
             if !listed(name) {
-                let at = if at.is_empty() { "/" } else { at };
-                self.problems.push(Problem::Unsatisfiable(format!(
-                    "at {at}: {name:?} is required, but additionalProperties is false and properties does not list it; no value can pass"
-                )));
+                self.problems.push(Problem::new(
+                    Kind::Unsatisfiable,
+                    at,
+                    format!(
+                        "{name:?} is required, but additionalProperties is false and properties does not list it; no value can pass"
+                    ),
+                ));
             }
         }
     }
@@ -486,7 +515,11 @@ mod tests {
         check(&schema)
             .into_iter()
             .filter_map(|p| match p {
-                Problem::Invalid(message) => Some(message),
+                Problem {
+                    kind: Kind::Invalid,
+                    message,
+                    ..
+                } => Some(message),
                 _ => None,
             })
             .collect()
@@ -544,7 +577,13 @@ mod tests {
         }
         let found = check(&schema);
         assert!(
-            matches!(found.as_slice(), [Problem::TooDeep(_)]),
+            matches!(
+                found.as_slice(),
+                [Problem {
+                    kind: Kind::TooDeep,
+                    ..
+                }]
+            ),
             "{found:?}"
         );
     }
@@ -554,7 +593,13 @@ mod tests {
         let found =
             check(&json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": 5}));
         assert!(
-            matches!(found.as_slice(), [Problem::UnknownDialect(_)]),
+            matches!(
+                found.as_slice(),
+                [Problem {
+                    kind: Kind::UnknownDialect,
+                    ..
+                }]
+            ),
             "{found:?}"
         );
     }
@@ -564,7 +609,13 @@ mod tests {
         let found =
             check(&json!({"properties": {}, "additionalProperties": false, "required": ["x"]}));
         assert!(
-            matches!(found.as_slice(), [Problem::Unsatisfiable(_)]),
+            matches!(
+                found.as_slice(),
+                [Problem {
+                    kind: Kind::Unsatisfiable,
+                    ..
+                }]
+            ),
             "{found:?}"
         );
     }
