@@ -136,12 +136,7 @@ fn locate(content: &str, key: &str) -> Option<(u32, u32)> {
 ///
 /// Each byte read is taken from `budget`; the search gives up when it runs
 /// out.
-fn locate_pointer(
-    content: &str,
-    from: usize,
-    pointer: &str,
-    budget: &mut usize,
-) -> Option<usize> {
+fn locate_pointer(content: &str, from: usize, pointer: &str, budget: &mut usize) -> Option<usize> {
     let mut key = from;
     let mut found = None;
     for token in pointer.split('/').skip(1) {
