@@ -103,6 +103,15 @@ pub fn normalize(kind: ItemKind, id: &str, document: &Map<String, Value>) -> Map
     out
 }
 
+/// A tool's `field` (`tool_type`, `executor_id`, …) as its document writes
+/// it, under whichever of the field's keys comes first.
+pub(crate) fn tool_field<'a>(document: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    TOOL_FIELDS
+        .iter()
+        .find(|(name, _)| *name == field)
+        .and_then(|(_, keys)| first(document, keys))
+}
+
 fn first<'a>(document: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| document.get(*k))
 }

@@ -147,15 +147,14 @@ impl Rye {
                             options,
                             &mut found,
                         );
-                        let mut runnable = true;
-                        if let Some(parsed) = &parsed
-                            && let Ok(document) = parsed.outcome.as_ref()
-                        {
-                            validators.check_item(self, parsed, &document.document, &mut found);
-                            runnable = !is_extractor(&document.document);
+                        let document = parsed.as_ref().and_then(|p| {
+                            p.outcome.as_ref().as_ref().ok().map(|d| (p, &d.document))
+                        });
+                        if let Some((parsed, document)) = document {
+                            validators.check_item(self, parsed, document, &mut found);
                         }
                         if *kind == ItemKind::Tool
-                            && runnable
+                            && !document.is_some_and(|(_, d)| is_extractor(d))
                             && found.iter().all(|f| f.severity != Severity::Error)
                         {
                             chains.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -327,11 +326,7 @@ impl Rye {
 /// An extractor (`tool_type: extractor` with no executor) is data the host
 /// reads, not a tool anything runs: it has no chain to check.
 fn is_extractor(document: &serde_json::Map<String, serde_json::Value>) -> bool {
-    document
-        .get("tool_type")
-        .and_then(serde_json::Value::as_str)
-        == Some("extractor")
-        && document
-            .get("executor_id")
-            .is_none_or(serde_json::Value::is_null)
+    use crate::metadata::tool_field;
+    tool_field(document, "tool_type").and_then(serde_json::Value::as_str) == Some("extractor")
+        && tool_field(document, "executor_id").is_none_or(serde_json::Value::is_null)
 }
