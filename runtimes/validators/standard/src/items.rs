@@ -165,33 +165,27 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
     if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
         use crate::schema::Kind;
         for problem in crate::schema::check(schema) {
-            let why = &problem.message;
-            let at = &problem.at;
-            match problem.kind {
-                Kind::Invalid => report.error_in(
-                    "rye/tool/config-schema",
-                    format!("{key} is not a valid JSON Schema: {why}"),
-                    key,
-                    at,
-                ),
-                Kind::Unsatisfiable => report.error_in(
+            let (rule, is_error, what) = match problem.kind {
+                Kind::Invalid => ("rye/tool/config-schema", true, "is not a valid JSON Schema"),
+                Kind::Unsatisfiable => (
                     "rye/tool/config-schema-unsatisfiable",
-                    format!("{key} can never be satisfied: {why}"),
-                    key,
-                    at,
+                    true,
+                    "can never be satisfied",
                 ),
-                Kind::TooDeep => report.warning_in(
+                Kind::TooDeep => (
                     "rye/tool/config-schema-depth",
-                    format!("{key} was checked only in part: {why}"),
-                    key,
-                    at,
+                    false,
+                    "was checked only in part",
                 ),
-                Kind::UnknownDialect => report.warning_in(
-                    "rye/tool/config-schema-dialect",
-                    format!("{key} was not checked: {why}"),
-                    key,
-                    at,
-                ),
+                Kind::UnknownDialect => {
+                    ("rye/tool/config-schema-dialect", false, "was not checked")
+                }
+            };
+            let message = format!("{key} {what}: {}", problem.message);
+            if is_error {
+                report.error_in(rule, message, key, &problem.at);
+            } else {
+                report.warning_in(rule, message, key, &problem.at);
             }
         }
     }
