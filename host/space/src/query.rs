@@ -95,14 +95,31 @@ fn tokenize(query: &str) -> Result<Vec<Token>, QueryError> {
     Ok(tokens)
 }
 
+/// How deep parentheses and `NOT`s may nest. Parsing, matching and
+/// dropping a query all recurse over its tree, so the bound keeps a hostile
+/// query from exhausting the stack; real queries nest two or three deep.
+pub const MAX_QUERY_DEPTH: usize = 64;
+
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    depth: usize,
 }
 
 impl Parser {
     fn peek(&self) -> Option<&Token> {
         self.tokens.get(self.pos)
+    }
+
+    /// Enters one level of nesting, refusing past [`MAX_QUERY_DEPTH`].
+    fn descend(&mut self) -> Result<(), QueryError> {
+        self.depth += 1;
+        if self.depth > MAX_QUERY_DEPTH {
+            return Err(QueryError(format!(
+                "parentheses and NOT nest more than {MAX_QUERY_DEPTH} deep"
+            )));
+        }
+        Ok(())
     }
 
     fn or(&mut self) -> Result<Node, QueryError> {
@@ -142,7 +159,10 @@ impl Parser {
     fn not(&mut self) -> Result<Node, QueryError> {
         if self.peek() == Some(&Token::Not) {
             self.pos += 1;
-            return Ok(Node::Not(Box::new(self.not()?)));
+            self.descend()?;
+            let inner = self.not()?;
+            self.depth -= 1;
+            return Ok(Node::Not(Box::new(inner)));
         }
         self.primary()
     }
@@ -152,11 +172,13 @@ impl Parser {
         self.pos += 1;
         match token {
             Some(Token::Open) => {
+                self.descend()?;
                 let inner = self.or()?;
                 if self.peek() != Some(&Token::Close) {
                     return Err(QueryError("a '(' is never closed".into()));
                 }
                 self.pos += 1;
+                self.depth -= 1;
                 Ok(inner)
             }
             Some(Token::Word(w)) if w.contains(['*', '?']) => Ok(Node::Wildcard(w)),
@@ -175,7 +197,11 @@ impl Query {
         if tokens.is_empty() {
             return Ok(Self { root: None });
         }
-        let mut parser = Parser { tokens, pos: 0 };
+        let mut parser = Parser {
+            tokens,
+            pos: 0,
+            depth: 0,
+        };
         let root = parser.or()?;
         if let Some(extra) = parser.peek() {
             return Err(QueryError(match extra {
@@ -303,6 +329,33 @@ mod tests {
     fn malformed_queries_are_errors() {
         for q in ["(a", "a)", "a OR", "\"open", "NOT"] {
             assert!(Query::parse(q).is_err(), "{q}");
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_not_a_stack_overflow() {
+        let ok = format!(
+            "{}a{}",
+            "(".repeat(MAX_QUERY_DEPTH),
+            ")".repeat(MAX_QUERY_DEPTH)
+        );
+        assert!(m(&ok, "a"));
+        assert!(m(
+            &format!("{}a", "NOT NOT ".repeat(MAX_QUERY_DEPTH / 2)),
+            "a"
+        ));
+        for q in [
+            format!(
+                "{}a{}",
+                "(".repeat(MAX_QUERY_DEPTH + 1),
+                ")".repeat(MAX_QUERY_DEPTH + 1)
+            ),
+            "(".repeat(200_000),
+            "NOT ".repeat(200_000),
+            format!("{}a", "(NOT ".repeat(100_000)),
+        ] {
+            let err = Query::parse(&q).unwrap_err().to_string();
+            assert!(err.contains("nest more than 64 deep"), "{err}");
         }
     }
 
