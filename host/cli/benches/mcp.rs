@@ -38,6 +38,7 @@ async fn start(home: &std::path::Path, cache: &std::path::Path) -> RunningServic
         .arg("serve")
         .env("HOME", home)
         .env("RYE_CACHE_DIR", cache)
+        .env("RYE_CACHE_KEY", cache.with_extension("key"))
         .env("RYE_LOG", "error");
     ().serve(TokioChildProcess::new(command).unwrap())
         .await

@@ -22,6 +22,7 @@ fn rye(home: &Path, cache: &Path, project: &Path, args: &[&str]) -> std::process
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("RYE_CACHE_DIR", cache)
+        .env("RYE_CACHE_KEY", cache.with_extension("key"))
         .env("RYE_LOG", "error")
         .output()
         .unwrap();

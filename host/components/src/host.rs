@@ -33,6 +33,11 @@ pub struct HostConfig {
     /// Where compiled components are kept between processes; `None`
     /// compiles in every process.
     pub cache_dir: Option<PathBuf>,
+    /// The file holding the secret that authenticates cached artifacts,
+    /// made on first use. It must live outside `cache_dir`: whoever can
+    /// write both can make the host run their code. Without it nothing is
+    /// cached.
+    pub cache_key_file: Option<PathBuf>,
     /// Limits per world.
     pub parser_limits: Limits,
     pub adapter_limits: Limits,
@@ -46,6 +51,7 @@ impl Default for HostConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            cache_key_file: None,
             parser_limits: Limits::default(),
             // An adapter may wait on the host: a `which`, an interpreter's
             // resolve command.
@@ -128,10 +134,10 @@ impl ComponentHost {
             CallState,
             wasmtime::component::HasSelf<CallState>,
         >(&mut linker, |state| state)?;
-        let cache = config
-            .cache_dir
-            .clone()
-            .map(|dir| ArtifactCache::new(dir, &engine));
+        let cache = match (&config.cache_dir, &config.cache_key_file) {
+            (Some(dir), Some(key)) => ArtifactCache::new(dir.clone(), key, &engine),
+            _ => None,
+        };
         start_epoch_ticker(&engine);
         Ok(Self {
             engine,

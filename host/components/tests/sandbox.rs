@@ -2,7 +2,7 @@
 //! `tests/test-programs/`: each hostile component fails with its own typed
 //! error naming its file, and the host serves the next call.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rye_components::{
@@ -201,8 +201,10 @@ fn the_sandbox_grants_nothing() {
 #[test]
 fn compiled_once_then_deserialized_from_the_cache() {
     let cache = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     let config = HostConfig {
         cache_dir: Some(cache.path().to_owned()),
+        cache_key_file: Some(state.path().join("cache.key")),
         ..HostConfig::default()
     };
     let first = ComponentHost::new(config.clone()).unwrap();
@@ -226,6 +228,98 @@ fn compiled_once_then_deserialized_from_the_cache() {
     assert_eq!(again.origin, Origin::Cache);
     assert_eq!(again.hash, loaded.hash);
     assert_serves(&second);
+}
+
+/// The one artifact in `dir`.
+fn artifact_in(dir: &Path) -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
+
+#[test]
+fn a_damaged_swapped_or_foreign_artifact_is_recompiled_never_run() {
+    let state = tempfile::tempdir().unwrap();
+    let config = |cache: &Path, key: &str| HostConfig {
+        cache_dir: Some(cache.to_owned()),
+        cache_key_file: Some(state.path().join(key)),
+        ..HostConfig::default()
+    };
+    let override_parser = Path::new(artifacts::PARSER_OVERRIDE);
+    let panic_parser = Path::new(artifacts::PARSER_PANIC);
+    let cache = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let compile = |dir: &Path, path: &Path, key: &str| {
+        let host = ComponentHost::new(config(dir, key)).unwrap();
+        assert_eq!(
+            host.load(path, World::Parser).unwrap().origin,
+            Origin::Compiled
+        );
+    };
+    compile(cache.path(), override_parser, "cache.key");
+    compile(other.path(), panic_parser, "cache.key");
+    let artifact = artifact_in(cache.path());
+    let pristine = std::fs::read(&artifact).unwrap();
+    let loads_fresh = |key: &str| {
+        let host = ComponentHost::new(config(cache.path(), key)).unwrap();
+        let loaded = host.load(override_parser, World::Parser).unwrap();
+        assert_eq!(loaded.origin, Origin::Compiled, "a bad artifact was used");
+        let parsed = host.parse(&loaded, &request("x")).unwrap().unwrap();
+        assert_eq!(
+            parsed.document["__version__"], "9.9.9",
+            "ran the wrong code"
+        );
+    };
+
+    // Bytes flipped in the middle of the machine code, then at the end.
+    for at in [pristine.len() / 2, pristine.len() - 1] {
+        let mut damaged = pristine.clone();
+        damaged[at] ^= 0xff;
+        std::fs::write(&artifact, &damaged).unwrap();
+        loads_fresh("cache.key");
+    }
+    // Truncated, empty, and a bare wasmtime artifact with no tag.
+    for bytes in [&pristine[..100], &[][..], &pristine[40..]] {
+        std::fs::write(&artifact, bytes).unwrap();
+        loads_fresh("cache.key");
+    }
+    // Another component's valid artifact copied over this one's name.
+    std::fs::copy(artifact_in(other.path()), &artifact).unwrap();
+    loads_fresh("cache.key");
+    // An artifact made under another key (a restored or shared cache).
+    std::fs::write(&artifact, &pristine).unwrap();
+    loads_fresh("another.key");
+    // The recompiled artifact is stored again and used next time.
+    let host = ComponentHost::new(config(cache.path(), "another.key")).unwrap();
+    assert_eq!(
+        host.load(override_parser, World::Parser).unwrap().origin,
+        Origin::Cache
+    );
+}
+
+#[test]
+fn a_key_file_that_cannot_be_used_turns_the_disk_cache_off() {
+    let cache = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let key = state.path().join("cache.key");
+    std::fs::write(&key, b"too short").unwrap();
+    let config = HostConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        cache_key_file: Some(key),
+        ..HostConfig::default()
+    };
+    for _ in 0..2 {
+        let host = ComponentHost::new(config.clone()).unwrap();
+        let loaded = host
+            .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+            .unwrap();
+        assert_eq!(loaded.origin, Origin::Compiled);
+    }
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
 }
 
 #[test]

@@ -38,6 +38,7 @@ fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
         system_base: None,
         components: HostConfig {
             cache_dir: Some(cache.join("components")),
+            cache_key_file: Some(cache.join("cache.key")),
             ..HostConfig::default()
         },
         watch: true,

@@ -84,6 +84,7 @@ fn config(cache: &Path) -> RyeConfig {
         system_base: None,
         components: HostConfig {
             cache_dir: Some(cache.join("components")),
+            cache_key_file: Some(cache.join("cache.key")),
             pooling: std::env::var("RYE_POOLING").map_or(true, |v| v != "0"),
             ..HostConfig::default()
         },
@@ -203,6 +204,7 @@ fn main() {
         let stats = measure(30, || {
             let host = ComponentHost::new(HostConfig {
                 cache_dir: Some(components_cache.clone()),
+                cache_key_file: Some(cache.path().join("cache.key")),
                 ..HostConfig::default()
             })
             .unwrap();

@@ -41,6 +41,8 @@ impl RyeConfig {
     /// | variable           | meaning                                   | default                      |
     /// |--------------------|-------------------------------------------|------------------------------|
     /// | `RYE_CACHE_DIR`    | cache directory                           | `$XDG_CACHE_HOME/rye`, `~/.cache/rye` |
+    /// | `RYE_STATE_DIR`    | the host's own state (cache key, live runs) | `$XDG_STATE_HOME/rye`, `~/.local/state/rye` |
+    /// | `RYE_CACHE_KEY`    | secret authenticating compiled components (kept out of the cache) | `<state dir>/cache.key` |
     /// | `USER_SPACE`       | user space base (holds `.ai/`)            | the home directory           |
     /// | `RYE_SYSTEM_SPACE` | system space base (holds `.ai/`)          | the embedded bundle          |
     /// | `RYE_POOLING`      | `0` turns the pooling allocator off       | on where the machine allows  |
@@ -63,8 +65,12 @@ impl RyeConfig {
             .map(expand_home(home.as_ref()))
             .or(home.clone());
         let system_base = var("RYE_SYSTEM_SPACE").map(expand_home(home.as_ref()));
+        let cache_key_file = var("RYE_CACHE_KEY")
+            .map(expand_home(home.as_ref()))
+            .or_else(|| state_dir_from_env().map(|d| d.join("cache.key")));
         let components = HostConfig {
             cache_dir: Some(cache_dir.join("components")),
+            cache_key_file,
             pooling: std::env::var("RYE_POOLING").map_or(true, |v| v != "0"),
             ..HostConfig::default()
         };
@@ -102,4 +108,18 @@ fn expand_home(home: Option<&PathBuf>) -> impl Fn(PathBuf) -> PathBuf + '_ {
         (Ok(rest), Some(home)) => home.join(rest),
         _ => path,
     }
+}
+
+/// The folder of the host's own state (the cache key, records of live
+/// runs): `RYE_STATE_DIR`, else `$XDG_STATE_HOME/rye`, else
+/// `~/.local/state/rye`.
+pub fn state_dir_from_env() -> Option<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("RYE_STATE_DIR")
+        .or_else(|| var("XDG_STATE_HOME").map(|d| d.join("rye")))
+        .or_else(|| var("HOME").map(|h| h.join(".local/state/rye")))
 }

@@ -43,6 +43,7 @@ pub fn config(user: &Path, system: Option<&Path>) -> RyeConfig {
         system_base: system.map(Path::to_owned),
         components: HostConfig {
             cache_dir: Some(cache.join("components")),
+            cache_key_file: Some(cache.join("cache.key")),
             ..HostConfig::default()
         },
         watch: true,
