@@ -359,7 +359,7 @@ impl Rye {
 
         // Verified before it is parsed; the bytes parsed are the bytes
         // verified.
-        let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
+        let bytes = crate::parse::read_item(spaces, space, path)?;
         let signed = self.verify_item(
             trust,
             Some(extractors),

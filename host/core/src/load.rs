@@ -80,9 +80,55 @@ pub struct Loaded {
     /// What the signatures of the file and its parser leave to say.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-    /// The signature failure as an error message, when there is one.
+    /// The signature failure as an error message, when there is one,
+    /// with its class (`error_type`): `integrity` for a signature that
+    /// does not hold, another class when the check itself failed.
     #[serde(skip)]
-    pub(crate) refused: Option<String>,
+    pub(crate) refused: Option<(String, &'static str)>,
+}
+
+/// How much of an item's text a `load` reply carries (once in `content`,
+/// and in each long text of `parsed`, such as a knowledge body).
+pub const LOAD_REPLY_TEXT: usize = 1 << 20;
+
+impl Loaded {
+    /// The reply an agent or a `--json` caller gets: this item as JSON,
+    /// with `content` and every longer text in `parsed` cut to `max` bytes
+    /// and a `truncated` member saying so, so a huge item cannot make a
+    /// reply many times its size.
+    pub fn reply(&self, max: usize) -> Value {
+        let mut reply = serde_json::to_value(self).unwrap_or_default();
+        let mut cut = 0usize;
+        cap_strings(&mut reply["content"], max, &mut cut);
+        cap_strings(&mut reply["parsed"], max, &mut cut);
+        if cut > 0 {
+            reply["truncated"] = serde_json::json!({
+                "content_bytes": self.content.len(),
+                "shown_bytes_per_text": max,
+                "bytes_cut": cut,
+                "reason": format!("texts longer than {max} bytes are cut in replies; read the file at `path` for all of it"),
+            });
+        }
+        reply
+    }
+}
+
+/// Cuts every string in `value` longer than `max` bytes, adding up what
+/// was cut.
+fn cap_strings(value: &mut Value, max: usize, cut: &mut usize) {
+    match value {
+        Value::String(text) if text.len() > max => {
+            let mut end = max;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            *cut += text.len() - end;
+            text.truncate(end);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| cap_strings(v, max, cut)),
+        Value::Object(map) => map.values_mut().for_each(|v| cap_strings(v, max, cut)),
+        _ => {}
+    }
 }
 
 impl Rye {
@@ -132,7 +178,7 @@ impl Rye {
                 },
                 Err(HostError::Io { path, source }) => return Err(HostError::Io { path, source }),
                 Err(e) => {
-                    let bytes = std::fs::read(&path).map_err(|e| HostError::io(&path, e))?;
+                    let bytes = crate::parse::read_item(&spaces, resolved.location.space, &path)?;
                     (
                         String::from_utf8_lossy(&bytes).into_owned(),
                         Map::new(),
@@ -159,11 +205,11 @@ impl Rye {
             }
             Err(HostError::Integrity { error, .. }) => (
                 json!({"status": error.code(), "error": error.to_string()}),
-                Some(format!("{}: {error}", path.display())),
+                Some((format!("{}: {error}", path.display()), "integrity")),
             ),
             Err(e) => (
                 json!({"status": "error", "error": e.to_string()}),
-                Some(e.to_string()),
+                Some((e.to_string(), e.error_type())),
             ),
         };
 
@@ -234,24 +280,19 @@ impl Rye {
                 Ok(_) | Err(SpaceError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            if target.exists() && !request.force {
-                return Err(HostError::Exists { path: target });
-            }
-            if let Some(dir) = target.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| HostError::io(dir, e))?;
-            }
-            std::fs::copy(&path, &target).map_err(|e| HostError::io(&target, e))?;
-            // A copy of a read-only system file stays writable where it lands.
-            let mut permissions = std::fs::metadata(&target)
-                .map_err(|e| HostError::io(&target, e))?
-                .permissions();
-            #[expect(
-                clippy::permissions_set_readonly_false,
-                reason = "the copy belongs to the user"
-            )]
-            permissions.set_readonly(false);
-            std::fs::set_permissions(&target, permissions)
-                .map_err(|e| HostError::io(&target, e))?;
+            // The bytes copied are the bytes shown and verified; a new copy
+            // of a read-only system file is writable where it lands; no
+            // link on the way is followed.
+            rye_space::write_within(
+                &root.ai_dir,
+                &target,
+                loaded.content.as_bytes(),
+                request.force,
+            )
+            .map_err(|e| match e {
+                SpaceError::Exists { path } => HostError::Exists { path },
+                other => other.into(),
+            })?;
             loaded.copied_to = Some(destination);
             loaded.destination_path = Some(target);
         }

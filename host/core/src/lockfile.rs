@@ -254,7 +254,7 @@ impl Rye {
             .join(LOCKFILES_DIR)
             .join(file_name(chain.tool()));
         let text = serde_json::to_string_pretty(&document(chain)).expect("JSON") + "\n";
-        write_atomically(&path, text.as_bytes())?;
+        write_atomically(&root.ai_dir, &path, text.as_bytes())?;
         Ok(path)
     }
 
@@ -335,18 +335,16 @@ fn is_lockfile(doc: &Value) -> bool {
         && doc["resolved_chain"].is_array()
 }
 
-/// Writes `path` whole or not at all.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), HostError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| HostError::io(dir, e))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).map_err(|e| HostError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        HostError::io(path, e)
+/// Writes `path`, inside the space folder `space_dir`, whole or not at
+/// all, replacing what is there (keeping its permissions) and following
+/// no link on the way.
+pub(crate) fn write_atomically(
+    space_dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), HostError> {
+    rye_space::write_within(space_dir, path, bytes, true).map_err(|e| match e {
+        rye_space::SpaceError::Io { path, source } => HostError::Io { path, source },
+        other => other.into(),
     })
 }

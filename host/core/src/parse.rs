@@ -208,7 +208,7 @@ impl Rye {
         parsers: &mut ParserLookup,
         item: (ItemKind, &str, Space, &Path),
     ) -> Result<ParsedItem, HostError> {
-        let bytes = std::fs::read(item.3).map_err(|e| HostError::io(item.3, e))?;
+        let bytes = read_item(spaces, item.2, item.3)?;
         self.parse_bytes(spaces, extractors, parsers, item, bytes)
     }
 
@@ -338,5 +338,17 @@ impl ParserLookup {
                 searched,
             }),
         }
+    }
+}
+
+/// Reads an item file of `space`, following links only while they stay in
+/// the space (see [`rye_space::read_within`]).
+pub(crate) fn read_item(spaces: &Spaces, space: Space, path: &Path) -> Result<Vec<u8>, HostError> {
+    match spaces.root(space) {
+        Some(root) => rye_space::read_within(&root.ai_dir, path).map_err(|e| match e {
+            rye_space::SpaceError::Io { path, source } => HostError::Io { path, source },
+            other => other.into(),
+        }),
+        None => std::fs::read(path).map_err(|e| HostError::io(path, e)),
     }
 }

@@ -339,7 +339,7 @@ impl Rye {
         let listed: Vec<&Listed> = listings
             .iter()
             .flat_map(|l| l.iter())
-            .filter(|item| in_namespace(&item.id, namespace.as_deref()))
+            .filter(|item| item.escape.is_none() && in_namespace(&item.id, namespace.as_deref()))
             .collect();
 
         // Documents and scores, computed on a few threads: on a warm index

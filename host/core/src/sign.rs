@@ -148,7 +148,7 @@ impl Rye {
             .ai_dir
             .join(rye_integrity::TRUSTED_DIR)
             .join(format!("{}.toml", key.fingerprint()));
-        write_atomically(&path, text.as_bytes())?;
+        write_atomically(&root.ai_dir, &path, text.as_bytes())?;
         Ok(path)
     }
 
@@ -210,7 +210,7 @@ impl Rye {
                         path.display()
                     )));
                 }
-                self.sign_component(&spaces, &path, folder, &key)
+                self.sign_component(&spaces, &root.ai_dir, &path, folder, &key)
             }
             Signable::Item(kind) => {
                 let extractors = self.extractors(&spaces)?;
@@ -300,7 +300,8 @@ impl Rye {
                     error,
                 }
             })?;
-        write_keeping_mode(path, signed.as_bytes())?;
+        let space_dir = &spaces.root(space).expect("the item's space").ai_dir;
+        write_atomically(space_dir, path, signed.as_bytes())?;
         let removed_lockfiles = if kind == ItemKind::Tool {
             let version = parsed.outcome.as_ref().as_ref().map_or_else(
                 |_| "0.0.0".into(),
@@ -323,6 +324,7 @@ impl Rye {
     fn sign_component(
         &self,
         spaces: &Spaces,
+        space_dir: &Path,
         path: &Path,
         folder: &str,
         key: &Keypair,
@@ -342,6 +344,7 @@ impl Rye {
             .is_some_and(|text| verify_detached(&hash, &text, &only(key)).is_ok());
         if !unchanged {
             write_atomically(
+                space_dir,
                 &signature_path,
                 sign_detached(&hash, key, SystemTime::now()).as_bytes(),
             )?;
@@ -389,7 +392,7 @@ impl Rye {
                 .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
             {
                 outcomes.push(
-                    self.sign_component(&spaces, &path, folder, &key)
+                    self.sign_component(&spaces, &root.ai_dir, &path, folder, &key)
                         .map_err(|e| (path.clone(), e)),
                 );
             }
@@ -591,13 +594,4 @@ fn is_json_data(path: &Path) -> bool {
             .ok()
             .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
             .is_some_and(|v| v.get("executor_id").is_none())
-}
-
-/// Replaces a file's content, keeping its permissions.
-fn write_keeping_mode(path: &Path, bytes: &[u8]) -> Result<(), HostError> {
-    let permissions = std::fs::metadata(path)
-        .map_err(|e| HostError::io(path, e))?
-        .permissions();
-    write_atomically(path, bytes)?;
-    std::fs::set_permissions(path, permissions).map_err(|e| HostError::io(path, e))
 }

@@ -99,6 +99,18 @@ impl Rye {
             let listed =
                 spaces.list_cached(&self.listings, kind, Space::Project, &extractor.extensions)?;
             for item in listed.iter() {
+                if let Some(escape) = item.escape_error(&ai) {
+                    conflicts.push(Finding {
+                        path: item.path.clone(),
+                        line: None,
+                        column: None,
+                        severity: Severity::Error,
+                        rule: "link-escape".into(),
+                        message: escape.to_string(),
+                        validator: None,
+                    });
+                    continue;
+                }
                 items.push((kind, item.id.clone(), item.path.clone()));
                 if !item.conflicts.is_empty() {
                     conflicts.push(Finding {

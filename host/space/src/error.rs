@@ -43,6 +43,22 @@ pub enum SpaceError {
     #[error("{}: {message}", path.display())]
     Data { path: PathBuf, message: String },
 
+    #[error(
+        "{}: a symbolic link out of its space: it leads to {}, outside {}; links may only point within the space",
+        path.display(), target.display(), root.display()
+    )]
+    LinkEscape {
+        path: PathBuf,
+        target: PathBuf,
+        root: PathBuf,
+    },
+
+    #[error("{}: is a symbolic link; writes into a space never follow links", path.display())]
+    LinkOnWrite { path: PathBuf },
+
+    #[error("{}: already exists; pass force to overwrite it", path.display())]
+    Exists { path: PathBuf },
+
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -67,4 +83,32 @@ pub fn display_paths(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `text` as an error message may echo it: whole when it is at most `max`
+/// bytes, else its first `max` bytes (on a character boundary) and how
+/// much was cut. Untrusted text (an id, a file's content quoted by a
+/// parser) is never echoed at any length.
+pub fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes cut)", &text[..end], text.len() - end).into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary_saying_how_much() {
+        assert_eq!(super::shorten("short", 10), "short");
+        assert_eq!(super::shorten("ééé", 3), "é… (4 more bytes cut)");
+        assert_eq!(
+            super::shorten(&"x".repeat(100_000), 5).len(),
+            5 + "… (99995 more bytes cut)".len()
+        );
+    }
 }

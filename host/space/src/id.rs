@@ -14,11 +14,14 @@ pub fn validate_plugin_name(name: &str) -> Result<(), SpaceError> {
     validate_path_like("plugin name", name)
 }
 
+/// How much of an invalid id an error message repeats.
+const ECHOED_ID: usize = 200;
+
 fn validate_path_like(what: &'static str, id: &str) -> Result<(), SpaceError> {
     let fail = |rule| {
         Err(SpaceError::InvalidId {
             what,
-            id: id.to_owned(),
+            id: crate::shorten(id, ECHOED_ID).into_owned(),
             rule,
         })
     };
@@ -54,6 +57,14 @@ fn validate_path_like(what: &'static str, id: &str) -> Result<(), SpaceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_invalid_id_is_not_echoed_whole() {
+        let id = "x/".repeat(50_000);
+        let err = validate_id(&id).unwrap_err().to_string();
+        assert!(err.len() < 400, "{} bytes", err.len());
+        assert!(err.contains("more bytes cut"), "{err}");
+    }
 
     #[test]
     fn accepts_ordinary_ids() {

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod confine;
 mod error;
 mod extractor;
 mod id;
@@ -26,7 +27,8 @@ mod stamp;
 mod walk;
 mod yaml;
 
-pub use error::{SpaceError, display_paths};
+pub use confine::{escape_error, escape_of, open_within, read_within, write_within};
+pub use error::{SpaceError, display_paths, shorten};
 pub use extractor::{DeclaredFormat, EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
 pub use kind::ItemKind;

@@ -164,9 +164,17 @@ impl Spaces {
             searched.push(root.kind_dir(kind));
             let listed = self.list_cached(cache, kind, root.space, extensions)?;
             let Ok(at) = listed.binary_search_by(|l| l.id.as_str().cmp(id)) else {
+                if found.is_none()
+                    && let Some(link) = escaping_folder(&listed, id)
+                {
+                    return Err(link.escape_error(&root.ai_dir).expect("an escape"));
+                }
                 continue;
             };
             let item = &listed[at];
+            if let Some(escape) = item.escape_error(&root.ai_dir) {
+                return Err(escape);
+            }
             if found.is_none() {
                 if !item.conflicts.is_empty() {
                     let mut paths = vec![item.path.clone()];
@@ -215,6 +223,17 @@ impl Spaces {
     }
 }
 
+/// A listed link to a folder outside the space that `id` would lie under.
+fn escaping_folder<'a>(listed: &'a [Listed], id: &str) -> Option<&'a Listed> {
+    id.match_indices('/').find_map(|(end, _)| {
+        let folder = &id[..end];
+        let at = listed
+            .binary_search_by(|l| l.id.as_str().cmp(folder))
+            .ok()?;
+        listed[at].escape.is_some().then(|| &listed[at])
+    })
+}
+
 impl Tree {
     /// The last listing, if the watches say nothing has changed since.
     fn fresh(&mut self) -> Option<Arc<Vec<Listed>>> {
@@ -241,6 +260,9 @@ fn refresh_links(tree: &mut Tree, listed: Arc<Vec<Listed>>) -> Option<Arc<Vec<Li
     let mut changed: Option<Vec<Listed>> = None;
     for &i in &tree.linked {
         let item = &listed[i];
+        if item.escape.is_some() {
+            continue;
+        }
         match FileStamp::read(&item.path) {
             Ok(stamp) if stamp == item.stamp => {}
             Ok(stamp) => changed.get_or_insert_with(|| listed.as_ref().clone())[i].stamp = stamp,
@@ -456,7 +478,7 @@ mod tests {
     #[test]
     fn linked_files_are_checked_every_time() {
         let tmp = tempfile::tempdir().unwrap();
-        let outside = tmp.path().join("src/tool.py");
+        let outside = tmp.path().join(".ai/src/tool.py");
         write(&outside, "1");
         let tools = tmp.path().join(".ai/tools");
         std::fs::create_dir_all(&tools).unwrap();

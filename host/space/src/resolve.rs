@@ -34,6 +34,19 @@ pub struct Listed {
     pub stamp: FileStamp,
     /// Other files in the same space with the same id (an error to report).
     pub conflicts: Vec<PathBuf>,
+    /// For a symbolic link out of the space, where it leads: such an entry
+    /// is no item, only an error to report (a link to a folder outside is
+    /// listed under the folder's id).
+    pub escape: Option<PathBuf>,
+}
+
+impl Listed {
+    /// The error an escaping entry stands for, naming the link.
+    pub fn escape_error(&self, space_dir: &Path) -> Option<SpaceError> {
+        self.escape
+            .clone()
+            .map(|target| crate::escape_error(space_dir, &self.path, target))
+    }
 }
 
 impl Spaces {
@@ -75,6 +88,9 @@ impl Spaces {
                     });
                 }
                 if let Some(path) = candidates.into_iter().next() {
+                    if let Some(target) = crate::escape_of(&root.ai_dir, &path) {
+                        return Err(crate::escape_error(&root.ai_dir, &path, target));
+                    }
                     found = Some(Location {
                         space: root.space,
                         path,
@@ -138,8 +154,10 @@ pub(crate) fn group(
 ) -> Vec<(Listed, bool)> {
     found.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     let mut listed: Vec<(Listed, bool)> = Vec::with_capacity(found.len());
-    for (id, _, path, stamp, linked) in found {
+    for (id, rank, path, stamp, linked, escape) in found {
         match listed.last_mut() {
+            // A folder and a file may share an id (`x/` beside `x.md`).
+            Some((last, _)) if last.id == id && rank == crate::walk::FOLDER_RANK => {}
             Some((last, _)) if last.id == id => last.conflicts.push(path),
             _ => listed.push((
                 Listed {
@@ -149,6 +167,7 @@ pub(crate) fn group(
                     path,
                     stamp,
                     conflicts: Vec::new(),
+                    escape,
                 },
                 linked,
             )),
@@ -248,13 +267,44 @@ mod tests {
     #[test]
     fn symlinks_are_followed_but_loops_are_not() {
         let tmp = tempfile::tempdir().unwrap();
-        write(&tmp.path().join("elsewhere/linked.py"));
+        write(&tmp.path().join(".ai/elsewhere/linked.py"));
         let tools = tmp.path().join(".ai/tools");
         write(&tools.join("a/b.py"));
-        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), tools.join("ext")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join(".ai/elsewhere"), tools.join("ext")).unwrap();
         std::os::unix::fs::symlink(&tools, tools.join("a/loop")).unwrap();
         let spaces = Spaces::new(None, None, tmp.path());
         assert_eq!(ids(&spaces), ["a/b", "ext/linked"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_out_of_the_space_are_errors_naming_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join("outside/secret.py"));
+        write(&tmp.path().join("outside/deeper/x.py"));
+        let tools = tmp.path().join(".ai/tools");
+        write(&tools.join("a/b.py"));
+        std::os::unix::fs::symlink(tmp.path().join("outside/secret.py"), tools.join("a/s.py"))
+            .unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("outside"), tools.join("out")).unwrap();
+        let spaces = Spaces::new(None, None, tmp.path());
+        let listed = spaces.list(ItemKind::Tool, Space::System, &exts()).unwrap();
+        let escapes: Vec<(&str, bool)> = listed
+            .iter()
+            .map(|l| (l.id.as_str(), l.escape.is_some()))
+            .collect();
+        assert_eq!(escapes, [("a/b", false), ("a/s", true), ("out", true)]);
+        let cache = crate::ListingCache::new();
+        for id in ["a/s", "out/secret", "out/deeper/x"] {
+            let plain = spaces.resolve(ItemKind::Tool, id, &exts(), None);
+            let cached =
+                spaces.resolve_cached(&cache, ItemKind::Tool, id, &exts(), &[Space::System]);
+            for result in [plain.map(|_| ()), cached.map(|_| ())] {
+                let err = result.unwrap_err();
+                assert!(matches!(err, SpaceError::LinkEscape { .. }), "{id}: {err}");
+                assert!(err.to_string().contains("outside"), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -4,17 +4,38 @@
 //! On Unix each directory is read through its own descriptor and each file
 //! `stat`ed relative to it, so the kernel resolves one path component per
 //! file rather than the whole path. Top-level folders are walked on a few
-//! threads. Symbolic links are followed; a link back to a folder already
-//! being walked is skipped. Names starting with `.` or `_`, and
-//! `node_modules`, are never listed.
+//! threads. Symbolic links are followed while they stay inside the space
+//! (its `.ai/` folder): a link that leads out is listed as an escape, with
+//! where it leads, and neither read nor walked into; a link back to a
+//! folder already being walked is skipped. Names starting with `.` or `_`,
+//! and `node_modules`, are never listed.
 
 use std::path::{Path, PathBuf};
 
 use crate::{FileStamp, SpaceError};
 
 /// One item file: its id, the rank of its extension, its path and stamp,
-/// and whether it was reached through a symbolic link to a file.
-pub(crate) type Found = Vec<(String, usize, PathBuf, FileStamp, bool)>;
+/// whether it was reached through a symbolic link to a file, and, for a
+/// link out of the space (to a file or a folder), where it leads.
+pub(crate) type Found = Vec<(String, usize, PathBuf, FileStamp, bool, Option<PathBuf>)>;
+
+/// The rank given to a link to a folder outside the space: it sorts after
+/// every file of the same id.
+pub(crate) const FOLDER_RANK: usize = usize::MAX;
+
+/// The space folder (`.ai/`) that a kind's folder `base` belongs to,
+/// resolved, for checking where links lead.
+fn space_root(base: &Path) -> Option<PathBuf> {
+    base.parent()?.canonicalize().ok()
+}
+
+/// Where the link at `path` leads, when that is outside `root` (the
+/// resolved space folder).
+fn escape(root: Option<&Path>, path: &Path) -> Option<PathBuf> {
+    let real = path.canonicalize().ok()?;
+    root.is_some_and(|root| !real.starts_with(root))
+        .then_some(real)
+}
 
 /// Called with each folder just before it is read (to watch it); returns
 /// false if it could not.
@@ -80,10 +101,12 @@ mod unix {
         hook: Hook<'_>,
     ) -> Result<Found, SpaceError> {
         hook(base);
+        let root = space_root(base);
+        let root = root.as_deref();
         let (fd, id) = open_dir(base)?;
         let mut found = Found::new();
         let mut subdirs = Vec::new();
-        visit(&fd, base, "", extensions, &mut found, &mut subdirs)?;
+        visit(&fd, base, "", extensions, root, &mut found, &mut subdirs)?;
         drop(fd);
 
         let threads = std::thread::available_parallelism()
@@ -91,7 +114,7 @@ mod unix {
             .min(4);
         if threads < 2 || subdirs.len() < 2 {
             for sub in subdirs {
-                walk(sub, extensions, hook, &mut vec![id], &mut found)?;
+                walk(sub, extensions, root, hook, &mut vec![id], &mut found)?;
             }
             return Ok(found);
         }
@@ -106,7 +129,7 @@ mod unix {
                     scope.spawn(move || {
                         let mut found = Found::new();
                         for sub in share {
-                            walk(sub, extensions, hook, &mut vec![id], &mut found)?;
+                            walk(sub, extensions, root, hook, &mut vec![id], &mut found)?;
                         }
                         Ok(found)
                     })
@@ -133,6 +156,7 @@ mod unix {
     fn walk(
         dir: Subdir,
         extensions: &[String],
+        root: Option<&Path>,
         hook: Hook<'_>,
         ancestors: &mut Vec<DirId>,
         found: &mut Found,
@@ -144,10 +168,18 @@ mod unix {
         }
         ancestors.push(id);
         let mut subdirs = Vec::new();
-        visit(&fd, &dir.path, &dir.prefix, extensions, found, &mut subdirs)?;
+        visit(
+            &fd,
+            &dir.path,
+            &dir.prefix,
+            extensions,
+            root,
+            found,
+            &mut subdirs,
+        )?;
         drop(fd);
         for sub in subdirs {
-            walk(sub, extensions, hook, ancestors, found)?;
+            walk(sub, extensions, root, hook, ancestors, found)?;
         }
         ancestors.pop();
         Ok(())
@@ -158,6 +190,7 @@ mod unix {
         path: &Path,
         prefix: &str,
         extensions: &[String],
+        root: Option<&Path>,
         found: &mut Found,
         subdirs: &mut Vec<Subdir>,
     ) -> Result<(), SpaceError> {
@@ -179,6 +212,17 @@ mod unix {
                     continue;
                 };
                 file_type = FileType::from_raw_mode(target.st_mode);
+                if linked && let Some(out) = escape(root, &path.join(name)) {
+                    let id = match file_type {
+                        FileType::Directory => Some((format!("{prefix}{name}"), FOLDER_RANK)),
+                        _ => item_id(prefix, name, extensions),
+                    };
+                    if let Some((id, rank)) = id {
+                        let stamp = FileStamp::of_stat(&target);
+                        found.push((id, rank, path.join(name), stamp, true, Some(out)));
+                    }
+                    continue;
+                }
                 stat = Some(target);
             }
             match file_type {
@@ -195,7 +239,14 @@ mod unix {
                         None => rustix::fs::statat(fd, name, AtFlags::empty())
                             .map_err(|e| io(&path.join(name), e))?,
                     };
-                    found.push((id, rank, path.join(name), FileStamp::of_stat(&stat), linked));
+                    found.push((
+                        id,
+                        rank,
+                        path.join(name),
+                        FileStamp::of_stat(&stat),
+                        linked,
+                        None,
+                    ));
                 }
                 _ => {}
             }
@@ -215,7 +266,15 @@ mod portable {
     ) -> Result<Found, SpaceError> {
         let mut found = Found::new();
         let mut ancestors = Vec::new();
-        walk(base, "", extensions, &mut ancestors, &mut found)?;
+        let root = space_root(base);
+        walk(
+            base,
+            "",
+            extensions,
+            root.as_deref(),
+            &mut ancestors,
+            &mut found,
+        )?;
         Ok(found)
     }
 
@@ -223,6 +282,7 @@ mod portable {
         dir: &Path,
         prefix: &str,
         extensions: &[String],
+        root: Option<&Path>,
         ancestors: &mut Vec<PathBuf>,
         found: &mut Found,
     ) -> Result<(), SpaceError> {
@@ -243,18 +303,31 @@ mod portable {
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
+            let linked = entry.file_type().is_ok_and(|t| t.is_symlink());
+            if linked && let Some(out) = escape(root, &path) {
+                let id = if meta.is_dir() {
+                    Some((format!("{prefix}{name}"), FOLDER_RANK))
+                } else {
+                    item_id(prefix, &name, extensions)
+                };
+                if let Some((id, rank)) = id {
+                    found.push((id, rank, path, FileStamp::of(&meta), true, Some(out)));
+                }
+                continue;
+            }
             if meta.is_dir() {
                 walk(
                     &path,
                     &format!("{prefix}{name}/"),
                     extensions,
+                    root,
                     ancestors,
                     found,
                 )?;
             } else if meta.is_file()
                 && let Some((id, rank)) = item_id(prefix, &name, extensions)
             {
-                found.push((id, rank, path, FileStamp::of(&meta), linked));
+                found.push((id, rank, path, FileStamp::of(&meta), linked, None));
             }
         }
         ancestors.pop();
