@@ -20,6 +20,7 @@
 
 mod args;
 mod catalog;
+mod framing;
 mod http;
 mod schema;
 
@@ -40,6 +41,7 @@ use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
 pub use catalog::KNOWLEDGE_URI;
+pub use framing::{LineTransport, MAX_LINE};
 pub use http::{ENDPOINT, HttpOptions, serve_http};
 
 /// How often a long `execute` reports progress to a client that asked.
@@ -150,7 +152,7 @@ impl RyeServer {
             ..LoadRequest::new(args.item_type, args.item_id.clone())
         };
         self.blocking(move |rye| match rye.load(&request) {
-            Ok(loaded) => serde_json::to_value(loaded).unwrap_or_default(),
+            Ok(loaded) => loaded.reply(rye_host::LOAD_REPLY_TEXT),
             Err(e) => json!({
                 "status": "error",
                 "error": e.to_string(),
@@ -351,9 +353,12 @@ impl ServerHandler for RyeServer {
     }
 }
 
-/// Serves MCP on stdin/stdout until the client closes the stream.
+/// Serves MCP on stdin/stdout until the client closes the stream. A line
+/// that is no MCP message is answered with a JSON-RPC error, and the
+/// server goes on serving.
 pub async fn serve_stdio(server: RyeServer) -> anyhow::Result<()> {
-    let service = server.serve(rmcp::transport::stdio()).await?;
+    let transport = LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let service = server.serve(transport).await?;
     service.waiting().await?;
     Ok(())
 }
