@@ -124,6 +124,17 @@ enum Command {
         /// (needed to serve beyond loopback). Repeatable.
         #[arg(long = "allow-host", value_name = "HOST")]
         allow_hosts: Vec<String>,
+        /// Close an HTTP session after this many seconds without a request.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+        session_idle: u64,
+        /// Hold at most this many HTTP sessions; a new one beyond gets 503
+        /// with Retry-After.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        max_sessions: usize,
+        /// Close an HTTP connection that has not sent a request's headers
+        /// within this many seconds (its body gets three times as long).
+        #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+        header_timeout: u64,
     },
     /// Check a whole .ai/ tree without running anything: every item
     /// parses, every tool's chain builds and validates, every signature
@@ -179,10 +190,10 @@ enum Command {
     /// Pin a tool's chain in a lockfile (replacing any), or refresh every
     /// lockfile of the project with --refresh and no tool.
     Lock {
-        /// The tool id.
-        #[arg(required_unless_present = "refresh")]
+        /// The tool id (its lockfile is replaced).
+        #[arg(required_unless_present = "refresh", conflicts_with = "refresh")]
         tool: Option<String>,
-        /// Re-pin (all lockfiles when no tool is named).
+        /// Re-pin every tool that has a lockfile in the project.
         #[arg(long)]
         refresh: bool,
     },
@@ -284,6 +295,39 @@ fn quiet_library_backtraces() {
     }
 }
 
+/// Records live runs under the state folder and stops those that hosts
+/// killed before they could stop them.
+fn contain_runs() {
+    let runs = rye_host::state_dir_from_env().map(|d| d.join("runs"));
+    let stopped = rye_host::runs::init(runs);
+    if stopped > 0 {
+        eprintln!("rye: stopped {stopped} run(s) left behind by a rye that was killed");
+    }
+}
+
+/// On SIGTERM, SIGHUP or SIGINT, kills every live run before exiting, so
+/// no tool outlives the host.
+async fn stop_runs_on_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        let number = tokio::select! {
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+            _ = int.recv() => 2,
+        };
+        rye_host::runs::stop_all();
+        std::process::exit(128 + number);
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -351,7 +395,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 project,
             })?;
             if cli.json {
-                output::json(&mut out, &loaded)?;
+                output::json(&mut out, &loaded.reply(rye_host::LOAD_REPLY_TEXT))?;
             } else {
                 output::load(&mut out, &loaded)?;
             }
@@ -382,11 +426,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 trace,
             };
             let rye = std::sync::Arc::new(rye);
+            contain_runs();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            let result = runtime.block_on(rye.execute(&request));
+            let result = runtime.block_on(async {
+                tokio::spawn(stop_runs_on_signal());
+                rye.execute(&request).await
+            });
             output::json(&mut out, &result)?;
             out.flush()?;
             if result["status"] == "error" {
@@ -397,12 +445,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             http,
             token,
             allow_hosts,
+            session_idle,
+            max_sessions,
+            header_timeout,
         } => {
             drop(out);
+            contain_runs();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            runtime.spawn(stop_runs_on_signal());
             let mut server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
             if let Some(project) = project {
                 server = server.with_project(project);
@@ -420,9 +473,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         .with_context(|| format!("binding {addr}"))?;
                     let bound = listener.local_addr()?;
                     eprintln!("serving MCP at http://{bound}{}", rye_mcp::ENDPOINT);
+                    let header_timeout = std::time::Duration::from_secs(header_timeout.max(1));
                     let options = rye_mcp::HttpOptions {
                         bearer_token: token,
                         extra_hosts: allow_hosts,
+                        session_idle: std::time::Duration::from_secs(session_idle.max(1)),
+                        max_sessions: max_sessions.max(1),
+                        header_timeout,
+                        body_timeout: header_timeout * 3,
+                        ..rye_mcp::HttpOptions::default()
                     };
                     rye_mcp::serve_http(server, listener, options).await
                 })?,
@@ -552,12 +611,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return Err(Failed.into());
             }
         }
-        Command::Lock { tool, refresh } => {
+        Command::Lock { tool, refresh: _ } => {
+            // clap makes the tool and --refresh exclusive, and one of them
+            // is given: no tool means --refresh.
             let tools = match tool {
                 Some(tool) => vec![tool],
                 None => rye.locked_tools(project.as_deref())?,
             };
-            let _ = refresh;
             let mut failed = false;
             for tool in tools {
                 match rye.lock(project.as_deref(), &tool) {
@@ -606,7 +666,7 @@ fn keys(
             if json {
                 let keys: Vec<serde_json::Value> = trust
                     .keys()
-                    .map(|k| serde_json::json!({"fingerprint": k.key.fingerprint(), "owner": k.owner, "source": format!("{:?}", k.source)}))
+                    .map(|k| serde_json::json!({"fingerprint": k.key.fingerprint(), "owner": k.owner, "source": k.source}))
                     .collect();
                 let ignored: Vec<serde_json::Value> = trust
                     .ignored()

@@ -66,6 +66,10 @@ pub fn load(out: &mut impl Write, loaded: &Loaded) -> io::Result<()> {
     if let Some(path) = &loaded.destination_path {
         writeln!(out, "copied to {}", path.display())?;
     }
+    writeln!(out, "signature: {}", signature_line(&loaded.signature))?;
+    for warning in &loaded.warnings {
+        writeln!(out, "warning: {warning}")?;
+    }
     if let Some(error) = &loaded.parse_error {
         writeln!(out, "parse error: {error}")?;
     }
@@ -81,6 +85,24 @@ pub fn load(out: &mut impl Write, loaded: &Loaded) -> io::Result<()> {
         writeln!(out)?;
     }
     Ok(())
+}
+
+/// A signature status as one line: `verified by <fingerprint> (<owner>)`,
+/// or the failure and why.
+fn signature_line(signature: &serde_json::Value) -> String {
+    let field = |name: &str| signature.get(name).and_then(|v| v.as_str());
+    let status = field("status").or(signature.as_str()).unwrap_or("unknown");
+    let mut line = status.to_uppercase();
+    if let Some(fingerprint) = field("fingerprint") {
+        line.push_str(&format!(" by {fingerprint}"));
+    }
+    if let Some(owner) = field("owner") {
+        line.push_str(&format!(" ({owner})"));
+    }
+    if let Some(error) = field("error") {
+        line.push_str(&format!(": {error}"));
+    }
+    line
 }
 
 /// Pretty JSON and a newline.

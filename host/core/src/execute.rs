@@ -298,6 +298,7 @@ impl Rye {
         };
         trace.push(json!({
             "step": "primitive",
+            "containment": rye_process::containment().as_str(),
             "return_code": outcome.code,
             "signal": outcome.signal,
             "timed_out": outcome.timed_out,
@@ -499,9 +500,9 @@ impl Rye {
                 ..LoadRequest::new(request.kind, request.id.clone())
             })
             .map_err(|e| failure(request.kind, &request.id, &e, started))?;
-        if let Some(refused) = &loaded.refused {
+        if let Some((refused, error_type)) = &loaded.refused {
             let mut result = error_result(request.kind, &request.id, refused, started);
-            result["error_type"] = json!("integrity");
+            result["error_type"] = json!(error_type);
             return Err(result);
         }
         if let Some(error) = &loaded.parse_error {

@@ -30,11 +30,16 @@ mod validate;
 mod validators;
 
 pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
-pub use config::RyeConfig;
+pub use config::{RyeConfig, state_dir_from_env};
+
+/// How the processes of runs are contained, and stopping them all.
+pub mod runs {
+    pub use rye_process::{Containment, RUN_MARKER, containment, init, stop_all};
+}
 pub use error::HostError;
 pub use execute::{ExecuteRequest, STANDARD_ADAPTER};
 pub use integrity::{IntegrityPolicy, Signed};
-pub use load::{LoadRequest, Loaded};
+pub use load::{LOAD_REPLY_TEXT, LoadRequest, Loaded};
 pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};

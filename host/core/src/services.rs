@@ -3,9 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rye_components::{AdapterServices, PluginSpace};
 use serde_json::{Value, json};
@@ -134,42 +133,36 @@ fn is_executable(path: &Path) -> bool {
     meta.is_file()
 }
 
-/// Runs a declared resolve command and returns the first line it printed.
+/// Runs a declared resolve command (through the one spawner, contained
+/// like any run) and returns the first line it printed.
 fn run_resolve(argv: &[String], env: &[(String, String)]) -> Result<String, String> {
     let (program, args) = argv.split_first().ok_or("the resolve command is empty")?;
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                let mut out = String::new();
-                if let Some(mut stdout) = child.stdout.take() {
-                    use std::io::Read;
-                    let _ = stdout.read_to_string(&mut out);
-                }
-                if !status.success() {
-                    return Err(format!("{program} exited with {status}"));
-                }
-                return Ok(out.lines().next().unwrap_or_default().trim().to_owned());
-            }
-            Ok(None) if started.elapsed() > RESOLVE_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{program} ran past {} s and was killed",
-                    RESOLVE_TIMEOUT.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(format!("waiting for {program}: {e}")),
-        }
+    let plan = rye_process::Plan {
+        command: program.clone(),
+        args: args.to_vec(),
+        env: env.to_vec(),
+        timeout: Some(RESOLVE_TIMEOUT),
+        ..rye_process::Plan::default()
+    };
+    let capture = rye_process::Capture {
+        stdout: 64 << 10,
+        stderr: 0,
+    };
+    let outcome = rye_process::run_blocking(&plan, &capture)
+        .map_err(|e| format!("cannot run {program}: {}", e.source))?;
+    if outcome.timed_out {
+        return Err(format!(
+            "{program} ran past {} s and was killed",
+            RESOLVE_TIMEOUT.as_secs()
+        ));
     }
+    if !outcome.success() {
+        return Err(match (outcome.code, outcome.signal) {
+            (Some(code), _) => format!("{program} exited with code {code}"),
+            (None, Some(signal)) => format!("{program} was killed by signal {signal}"),
+            (None, None) => format!("{program} ended abnormally"),
+        });
+    }
+    let out = String::from_utf8_lossy(&outcome.stdout);
+    Ok(out.lines().next().unwrap_or_default().trim().to_owned())
 }

@@ -3,10 +3,12 @@
 //!
 //! A [`Plan`] is run exactly as written: the program and its arguments as
 //! argv (no shell unless the program is one), the environment replaced by
-//! the planned one, the working directory, and stdin fed from memory. The
-//! child leads a new process group, so a timeout, a cancellation (dropping
-//! the future) or the end of the run kills every process it started that
-//! stayed in the group. Stdout and stderr are captured up to a cap each;
+//! the planned one (plus [`RUN_MARKER`]), the working directory, and stdin
+//! fed from memory. The child leads a new process group and is contained
+//! as [`contain`] describes (a cgroup per run where the machine allows), so
+//! a timeout, a cancellation (dropping the future), the end of the run or
+//! the host's death kills every process it started, including those that
+//! left the group. Stdout and stderr are captured up to a cap each;
 //! output past it is read and counted, never buffered, so a chatty child
 //! can neither exhaust memory nor block on a full pipe.
 //!
@@ -19,11 +21,15 @@
 //! # Ok(()) }
 //! ```
 
+mod contain;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+pub use contain::{Containment, RUN_MARKER, containment, init, stop_all};
 
 /// What to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -131,11 +137,13 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// Runs `plan` and waits for it, within its timeout.
 pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> {
     let started = Instant::now();
+    let mut run = contain::Run::new();
     let mut command = tokio::process::Command::new(&plan.command);
     command
         .args(&plan.args)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .env(RUN_MARKER, &run.id)
         .stdin(if plan.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -149,11 +157,40 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     }
     #[cfg(unix)]
     command.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let host = rustix::process::getpid();
+        let procs = run.procs.as_ref().map(|f| f.as_raw_fd());
+        // SAFETY: the closure runs in the forked child before it executes
+        // the program and makes only async-signal-safe system calls
+        // (prctl, getppid, write), allocating nothing. `procs` stays open
+        // in the parent until the spawn has returned.
+        unsafe {
+            command.pre_exec(move || {
+                // The child dies with the host; if the host is already
+                // gone, it must not start at all.
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))?;
+                if rustix::process::getppid() != Some(host) {
+                    return Err(std::io::Error::other("the host exited"));
+                }
+                if let Some(fd) = procs {
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    // "0" moves the writing process into the cgroup.
+                    rustix::io::write(fd, b"0")?;
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = command.spawn().map_err(|source| SpawnError {
         command: plan.command.clone(),
         source,
     })?;
-    let group = ProcessGroup(child.id());
+    run.started(child.id());
+    let group = &run;
 
     let stdin = child.stdin.take();
     let input = plan.stdin.clone();
@@ -223,6 +260,27 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     })
 }
 
+/// [`run`] from synchronous code, on a thread and runtime of its own (so
+/// it may be called from inside another runtime's task).
+pub fn run_blocking(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .enable_time()
+                    .build()
+                    .map_err(|source| SpawnError {
+                        command: plan.command.clone(),
+                        source,
+                    })?;
+                runtime.block_on(run(plan, capture))
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// Output read so far: the bytes kept and the count of those dropped.
 #[derive(Default)]
 struct Captured {
@@ -257,28 +315,4 @@ fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
 #[cfg(not(unix))]
 fn exit_signal(_status: &std::process::ExitStatus) -> Option<i32> {
     None
-}
-
-/// The child's process group (its id is the child's pid). Killed on drop,
-/// so a cancelled run leaves nothing behind.
-struct ProcessGroup(Option<u32>);
-
-impl ProcessGroup {
-    fn kill(&self) {
-        #[cfg(unix)]
-        if let Some(pid) = self
-            .0
-            .and_then(|p| i32::try_from(p).ok())
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            // ESRCH (already gone) is the usual, fine answer.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
