@@ -78,7 +78,9 @@ impl Signature {
 
     /// Parses the fields (from `rye:signed:` on).
     pub fn parse(fields: &str) -> Result<Self, IntegrityError> {
-        let bad = |why: &str| IntegrityError::Malformed(format!("{why} in {fields:?}"));
+        let bad = |why: &str| {
+            IntegrityError::Malformed(format!("{why} in {:?}", rye_space::shorten(fields, 300)))
+        };
         let rest = fields
             .strip_prefix(TAG)
             .ok_or_else(|| bad("no rye:signed: tag"))?;
@@ -86,6 +88,16 @@ impl Signature {
             Some(rest) => (Rule::Whole, rest),
             None => (Rule::Original, rest),
         };
+        // A format marker this host does not know (a later version's):
+        // say so, rather than misreading it as a bad timestamp.
+        if let Some(version) = rest.split_once(':').map(|(marker, _)| marker).filter(|m| {
+            m.len() > 1 && m.starts_with('v') && m[1..].bytes().all(|b| b.is_ascii_digit())
+        }) {
+            return Err(bad(&format!(
+                "unknown signature format {version} (this rye reads {} and the original system's)",
+                WHOLE_MARKER.trim_end_matches(':')
+            )));
+        }
         let timestamp = rest.get(..20).ok_or_else(|| bad("no timestamp"))?;
         if !is_timestamp(timestamp) {
             return Err(bad("timestamp is not YYYY-MM-DDTHH:MM:SSZ"));
@@ -295,5 +307,15 @@ mod tests {
         let line = sample(Rule::Whole).line(&html);
         let unterminated = line.replace(" -->", "");
         assert!(find_signature(&unterminated, &html).is_err());
+    }
+
+    #[test]
+    fn a_later_format_marker_is_named_not_called_a_bad_timestamp() {
+        let line = sample(Rule::Whole).fields().replace("v2:", "v9:");
+        let err = Signature::parse(&line).unwrap_err().to_string();
+        assert!(err.contains("unknown signature format v9"), "{err}");
+        assert!(!err.contains("timestamp"), "{err}");
+        let huge = format!("rye:signed:{}", "x".repeat(100_000));
+        assert!(Signature::parse(&huge).unwrap_err().to_string().len() < 500);
     }
 }

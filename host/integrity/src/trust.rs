@@ -19,17 +19,26 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use rye_space::{ItemKind, Space};
+use rye_space::{ItemKind, Space, shorten};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::{Keypair, PublicKey, find_signature, format_for, hashed_text, sign_text};
 
+/// How much of why a trusted-key file was left out is kept: a parse
+/// error may quote the file, which can be any size.
+const ECHOED_REASON: usize = 500;
+
+/// The largest trusted-key file read.
+const MAX_KEY_FILE: u64 = 64 << 10;
+
 /// Where trusted-key files live under a space's `.ai/`.
 pub const TRUSTED_DIR: &str = "config/keys/trusted";
 
-/// Where a trusted key came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a trusted key came from; as JSON `{"kind": "builtin"}`,
+/// `{"kind": "given"}` or `{"kind": "file", "space": …, "path": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
 pub enum KeySource {
     /// Built into the host.
     Builtin,
@@ -146,7 +155,9 @@ impl TrustStoreBuilder {
             for path in paths {
                 match Candidate::read(*space, &path) {
                     Ok(candidate) => candidates.push(candidate),
-                    Err(reason) => ignored.push((path, reason)),
+                    Err(reason) => {
+                        ignored.push((path, shorten(&reason, ECHOED_REASON).into_owned()))
+                    }
                 }
             }
         }
@@ -165,7 +176,10 @@ impl TrustStoreBuilder {
                     keys.entry(candidate.fingerprint().to_owned())
                         .or_insert(key);
                 }
-                Err(reason) => ignored.push((candidate.path.clone(), reason)),
+                Err(reason) => ignored.push((
+                    candidate.path.clone(),
+                    shorten(&reason, ECHOED_REASON).into_owned(),
+                )),
             }
         }
         let mut digest = Sha256::new();
@@ -224,6 +238,14 @@ impl Candidate {
     }
 
     fn read(space: Space, path: &Path) -> Result<Self, String> {
+        let size = std::fs::metadata(path)
+            .map_err(|e| format!("unreadable: {e}"))?
+            .len();
+        if size > MAX_KEY_FILE {
+            return Err(format!(
+                "{size} bytes: a trusted-key file is a few hundred bytes, and at most {MAX_KEY_FILE}"
+            ));
+        }
         let text = std::fs::read_to_string(path).map_err(|e| format!("unreadable: {e}"))?;
         let body: String = text
             .split_inclusive('\n')
