@@ -55,6 +55,7 @@ pub fn materialize(cache_root: &Path) -> io::Result<PathBuf> {
         return Ok(target);
     }
     std::fs::create_dir_all(&parent)?;
+    remove_abandoned(&parent);
     let tmp = parent.join(format!(
         ".tmp-{}-{}",
         std::process::id(),
@@ -83,6 +84,40 @@ pub fn materialize(cache_root: &Path) -> io::Result<PathBuf> {
             Err(e)
         }
     }
+}
+
+/// Removes the temporary trees of processes that died while unpacking
+/// (killed mid-write, they never renamed theirs into place).
+fn remove_abandoned(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".tmp-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !process_alive(pid, &entry) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether process `pid` may still be writing `entry`: on Linux, whether it
+/// exists; elsewhere, whether the entry changed in the last hour.
+fn process_alive(pid: u32, entry: &std::fs::DirEntry) -> bool {
+    if cfg!(target_os = "linux") {
+        return Path::new("/proc").join(pid.to_string()).exists();
+    }
+    entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().unwrap_or_default() < std::time::Duration::from_secs(3600))
 }
 
 fn write_tree(base: &Path) -> io::Result<()> {
