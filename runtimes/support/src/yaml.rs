@@ -13,7 +13,14 @@ use serde_yaml_ng::Value as Yaml;
 /// form (`.inf`, `.nan`), are errors naming their line where known.
 pub fn to_json(text: &str, line_offset: u32) -> Result<Value, ParseError> {
     let yaml: Yaml = serde_yaml_ng::from_str(text).map_err(|e| {
-        let message = format!("invalid YAML: {e}");
+        // The reader's own text names a line counted from the start of the
+        // embedded YAML; the error's position (offset into the file) is
+        // the one line reported.
+        let text = e.to_string();
+        let message = match e.location() {
+            Some(_) => format!("invalid YAML: {}", without_position(&text)),
+            None => format!("invalid YAML: {text}"),
+        };
         match e.location() {
             Some(at) => {
                 ParseError::syntax_at(message, at.line() as u32 + line_offset, at.column() as u32)
@@ -22,6 +29,26 @@ pub fn to_json(text: &str, line_offset: u32) -> Result<Value, ParseError> {
         }
     })?;
     convert(yaml, 0)
+}
+
+/// `text` without the "at line N column M" the reader puts in it.
+fn without_position(text: &str) -> String {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let mut from = 0;
+    while let Some(found) = text[from..].find(" at line ") {
+        let at = from + found;
+        let rest = &text[at + " at line ".len()..];
+        let line = digits(rest);
+        if line > 0
+            && let Some(after) = rest[line..].strip_prefix(" column ")
+            && digits(after) > 0
+        {
+            let end = text.len() - after.len() + digits(after);
+            return format!("{}{}", &text[..at], &text[end..]);
+        }
+        from = at + 1;
+    }
+    text.to_owned()
 }
 
 /// How deeply a document may nest. The YAML reader stops at 128 levels
@@ -130,6 +157,16 @@ mod tests {
             panic!()
         };
         assert!(e.at.unwrap().line > 10);
+    }
+
+    #[test]
+    fn an_error_names_one_line_the_files() {
+        let Err(ParseError::Syntax(e)) = to_json("a: 1\nb: [\n", 10) else {
+            panic!()
+        };
+        let line = e.at.unwrap().line;
+        assert!(!e.message.contains(" at line "), "{}", e.message);
+        assert!(line > 10, "{line}");
     }
 
     #[test]
