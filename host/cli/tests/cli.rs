@@ -56,6 +56,7 @@ impl Env {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("RYE_CACHE_DIR", &self.cache)
+            .env("RYE_CACHE_KEY", self.cache.with_extension("key"))
             .env("RYE_LOG", "rye_components=debug")
             .env("NO_COLOR", "1")
             .output()
@@ -306,6 +307,7 @@ fn execute_reads_parameters_from_stdin() {
         .current_dir(env.project.path())
         .env("HOME", env.home.path())
         .env("RYE_CACHE_DIR", &env.cache)
+        .env("RYE_CACHE_KEY", env.cache.with_extension("key"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -800,7 +802,7 @@ fn validate_reports_one_error_of_each_kind_in_every_format_despite_hostile_valid
             assert_eq!(case(".ai/validators/hostile/loop.wasm")["failed"], true);
             assert!(summary["junit"]["failures"].as_u64().unwrap() >= 12);
         }
-        None => eprintln!("SKIPPED the SARIF schema check: no python3 on this machine"),
+        None => rye_test_artifacts::skip("the SARIF schema check", "no python3 on this machine"),
     }
 }
 
@@ -976,7 +978,7 @@ fn the_ruby_runtime_example_validates_and_runs_where_ruby_is_installed() {
 
     let ruby = Command::new("ruby").arg("--version").output();
     if !ruby.is_ok_and(|o| o.status.success()) {
-        eprintln!("SKIPPED running the Ruby tool: no ruby on this machine's PATH");
+        rye_test_artifacts::skip("running the Ruby tool", "no ruby on this machine's PATH");
         return;
     }
     let result = env.json(&[
@@ -992,7 +994,7 @@ fn the_ruby_runtime_example_validates_and_runs_where_ruby_is_installed() {
 #[test]
 fn a_parser_written_in_python_reads_toml_tools_through_the_same_contract() {
     let Some(python) = common::test_python() else {
-        eprintln!("SKIPPED the Python parser example: no python3 on this machine");
+        rye_test_artifacts::skip("the Python parser example", "no python3 on this machine");
         return;
     };
     let componentize = python.with_file_name("componentize-py");
@@ -1068,7 +1070,10 @@ fn the_progress_bar_shows_on_a_terminal_and_nowhere_else() {
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        eprintln!("SKIPPED the progress bar check: no `script` to give rye a terminal");
+        rye_test_artifacts::skip(
+            "the progress bar check",
+            "no `script` to give rye a terminal",
+        );
         return;
     }
     let env = Env::new();
@@ -1104,7 +1109,7 @@ fn the_progress_bar_shows_on_a_terminal_and_nowhere_else() {
 #[test]
 fn config_schemas_are_judged_as_jsonschema_judges_them() {
     let Some(python) = common::test_python() else {
-        eprintln!("SKIPPED the config_schema comparison: no python3 on this machine");
+        rye_test_artifacts::skip("the config_schema comparison", "no python3 on this machine");
         return;
     };
     const KEYWORDS: &[&str] = &[

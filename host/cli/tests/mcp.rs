@@ -37,6 +37,7 @@ impl Env {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("RYE_CACHE_DIR", Self::cache())
+            .env("RYE_CACHE_KEY", Self::cache().with_extension("key"))
             .env("RYE_LOG", "warn")
             .current_dir(self.project.path());
     }
@@ -63,6 +64,7 @@ impl Env {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.home.path())
             .env("RYE_CACHE_DIR", Self::cache())
+            .env("RYE_CACHE_KEY", Self::cache().with_extension("key"))
             .env("RYE_LOG", "warn")
             .current_dir(self.project.path());
         TokioChildProcess::new(command).unwrap()
@@ -203,7 +205,7 @@ async fn wait_for_pid(path: &Path) -> u32 {
 #[test]
 fn the_python_mcp_client_drives_rye_serve() {
     let Some(python) = common::test_python() else {
-        eprintln!("SKIPPED the Python MCP client checks: no python3 on this machine");
+        rye_test_artifacts::skip("the Python MCP client checks", "no python3 on this machine");
         return;
     };
     let env = Env::new();
@@ -329,7 +331,10 @@ fn http_checks_token_host_and_origin() {
 #[test]
 fn over_http_the_python_client_works_200_concurrent_calls_answer_and_cancelling_kills() {
     let Some(python) = common::test_python() else {
-        eprintln!("SKIPPED the Python MCP client checks over HTTP: no python3 on this machine");
+        rye_test_artifacts::skip(
+            "the Python MCP client checks over HTTP",
+            "no python3 on this machine",
+        );
         return;
     };
     let env = Env::new();

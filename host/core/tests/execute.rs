@@ -117,7 +117,7 @@ fn every_standard_runtime_runs_a_real_tool() {
         let data = ok(&tool(&rye, p, "demo/hello", json!({"name": "rye"}))).clone();
         assert_eq!(data, json!({"hello": "rye"}));
     } else {
-        eprintln!("SKIPPED the node runtime run: no node on this machine");
+        rye_test_artifacts::skip("the node runtime run", "no node on this machine");
     }
 }
 

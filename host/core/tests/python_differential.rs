@@ -63,8 +63,9 @@ fn unordered(value: &Value) -> Value {
 #[test]
 fn python_parser_agrees_with_cpython_ast() {
     let Some(python) = python() else {
-        eprintln!(
-            "SKIPPED: no python3 on this machine; the differential test of python/ast needs CPython"
+        rye_test_artifacts::skip(
+            "the differential test of python/ast",
+            "no python3 (CPython) on this machine",
         );
         return;
     };

@@ -31,3 +31,31 @@ pub fn process_dies_soon(pid: u32) -> bool {
     }
     true
 }
+
+/// Says that `check` cannot run here because `missing`. Under CI
+/// (`CI=true`), where `.ci/run` installs every tool the tests use, that is
+/// a failure; elsewhere the skip is written past the test harness's output
+/// capture, so it shows in the run's output even when the test passes.
+pub fn skip(check: &str, missing: &str) {
+    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") {
+        panic!(
+            "{check} cannot run: {missing}; under CI=true a missing tool is a failure, not a skip"
+        );
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {check}: {missing}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn under_ci_a_missing_tool_fails_the_test_instead_of_skipping_it() {
+        // SAFETY: the only test in this binary, so nothing reads the
+        // environment concurrently.
+        unsafe { std::env::set_var("CI", "true") };
+        let failed = std::panic::catch_unwind(|| super::skip("a check", "no such tool"));
+        unsafe { std::env::set_var("CI", "false") };
+        assert!(failed.is_err(), "a skip under CI=true passed");
+        super::skip("a check", "no such tool (a visible skip outside CI)");
+    }
+}
