@@ -755,6 +755,87 @@ fn files_left_by_writers_killed_midway_are_cleaned_up() {
     assert!(!abandoned.exists(), "the abandoned unpack is still there");
 }
 
+#[test]
+fn untrusted_text_is_echoed_cut_and_replies_stay_bounded() {
+    let env = Env::new();
+    // A 100 KB invalid id.
+    let id = format!("{}/..", "x".repeat(100_000));
+    let out = env.rye(&["execute", "tool", &id]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stdout.len() + out.stderr.len() < 4_000,
+        "{} bytes echoed",
+        out.stdout.len() + out.stderr.len()
+    );
+    let out = env.rye(&["load", "tool", &id]);
+    assert!(
+        out.stdout.len() + out.stderr.len() < 4_000,
+        "{} bytes echoed",
+        out.stdout.len() + out.stderr.len()
+    );
+
+    // A 20 MB malformed trusted-key file is not written out on every command.
+    env.write(
+        ".ai/config/keys/trusted/0123456789abcdef.toml",
+        &format!("fingerprint = \"{}", "z".repeat(20 << 20)),
+    );
+    let out = env
+        .command()
+        .env("RYE_LOG", "warn")
+        .args(["search", "tool", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.stderr.len() < 4_000,
+        "{} bytes on stderr",
+        out.stderr.len()
+    );
+
+    // A 5 MB knowledge item: its text once in the reply, cut to 1 MiB.
+    let body = "word ".repeat(1 << 20);
+    env.write(
+        ".ai/knowledge/big.md",
+        &format!("---\nname: big\n---\n{body}"),
+    );
+    let out = env.rye(&["--json", "load", "knowledge", "big"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.stdout.len() < 3 << 20,
+        "a {} byte reply",
+        out.stdout.len()
+    );
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        reply["truncated"]["bytes_cut"].as_u64().unwrap() > 4 << 20,
+        "{}",
+        reply["truncated"]
+    );
+
+    let mut server = Stdio_::start(&env);
+    let answer = server.tool(
+        1,
+        "load",
+        json!({"item_type": "knowledge", "item_id": "big", "project_path": env.project()}),
+    );
+    assert!(
+        answer.to_string().len() < 5 << 20,
+        "a {} byte reply",
+        answer.to_string().len()
+    );
+    let answer = server.tool(
+        2,
+        "load",
+        json!({"item_type": "tool", "item_id": id, "project_path": env.project()}),
+    );
+    assert!(
+        answer.to_string().len() < 8_000,
+        "{} bytes echoed",
+        answer.to_string().len()
+    );
+    server.serves(&env);
+}
+
 /// Signals sent to a child by pid.
 mod rustix_signal {
     pub const TERM: i32 = 15;

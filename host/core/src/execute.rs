@@ -68,11 +68,16 @@ fn error_result(
     json!({
         "status": "error",
         "type": kind,
-        "item_id": id,
-        "error": error.to_string(),
+        // An id that failed validation may be any size; it is echoed cut.
+        "item_id": rye_space::shorten(id, 1024),
+        "error": rye_space::shorten(&error.to_string(), MAX_ERROR_TEXT),
         "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
     })
 }
+
+/// The longest error message a result carries: a message may quote what a
+/// file or a caller sent.
+const MAX_ERROR_TEXT: usize = 16 << 10;
 
 /// The error result for a host error, with its `error_type`.
 fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Value {
@@ -97,6 +102,9 @@ impl Rye {
     /// the host itself does not fail.
     pub async fn execute(self: &Arc<Self>, request: &ExecuteRequest) -> Value {
         let started = Instant::now();
+        if let Err(e) = rye_space::validate_id(&request.id) {
+            return failure(request.kind, &request.id, &e.into(), started);
+        }
         if !request.parameters.is_object() {
             return error_result(
                 request.kind,

@@ -48,7 +48,7 @@ pub use rye_components::{
     Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,
 };
 pub use rye_integrity;
-pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, validate_plugin_name};
+pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, shorten, validate_plugin_name};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
 pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile, component_folder};
 pub use validate::{Finding, Report, ValidateOptions};

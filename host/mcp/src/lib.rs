@@ -75,7 +75,7 @@ impl RyeServer {
 
     async fn execute(&self, args: ExecuteArgs, context: &RequestContext<RoleServer>) -> Value {
         if let Some(refusal) = args.unsupported_mode() {
-            return json!({"status": "error", "item_id": args.item_id, "error": refusal});
+            return json!({"status": "error", "item_id": echo(&args.item_id), "error": refusal});
         }
         let request = ExecuteRequest {
             parameters: args.parameters.clone().unwrap_or_else(|| json!({})),
@@ -96,7 +96,7 @@ impl RyeServer {
                     // Dropping the run kills its process group.
                     return json!({
                         "status": "error",
-                        "item_id": args.item_id,
+                        "item_id": echo(&args.item_id),
                         "error": "cancelled by the client; the tool's processes were killed",
                     });
                 }
@@ -158,7 +158,7 @@ impl RyeServer {
                 "error": e.to_string(),
                 "error_type": e.error_type(),
                 "item_type": request.kind,
-                "item_id": request.id,
+                "item_id": echo(&request.id),
             }),
         })
         .await
@@ -217,11 +217,17 @@ impl RyeServer {
                     }
                     result
                 }
-                Err(e) => json!({"status": "error", "error": e.to_string(), "error_type": e.error_type(), "item_id": args.item_id}),
+                Err(e) => json!({"status": "error", "error": e.to_string(), "error_type": e.error_type(), "item_id": echo(&args.item_id)}),
             }
         })
         .await
     }
+}
+
+/// An id as a result repeats it: a valid id is at most 1,024 bytes; an
+/// invalid one may be any size and is cut.
+fn echo(id: &str) -> std::borrow::Cow<'_, str> {
+    rye_host::shorten(id, 1024)
 }
 
 fn invalid(message: &str) -> McpError {
