@@ -45,6 +45,10 @@ pub struct HostConfig {
     /// Try the pooling instance allocator (faster instantiation); it is used
     /// only if the machine lets the engine reserve its address space.
     pub pooling: bool,
+    /// How many instances of one world may run at once (each may use its
+    /// world's memory cap); further calls wait. `0` means twice the
+    /// machine's cores, at least 4.
+    pub instances_per_world: usize,
 }
 
 impl Default for HostConfig {
@@ -61,6 +65,7 @@ impl Default for HostConfig {
             },
             validator_limits: Limits::default(),
             pooling: true,
+            instances_per_world: 0,
         }
     }
 }
@@ -123,6 +128,8 @@ pub struct ComponentHost {
     cache: Option<ArtifactCache>,
     hashes: Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
     loaded: Mutex<HashMap<([u8; 32], World), LoadResult>>,
+    /// Instance slots of each world, in [`World::ALL`] order.
+    slots: Vec<Arc<crate::slots::Slots>>,
 }
 
 impl ComponentHost {
@@ -139,7 +146,16 @@ impl ComponentHost {
             _ => None,
         };
         start_epoch_ticker(&engine);
+        let per_world = match config.instances_per_world {
+            0 => (std::thread::available_parallelism().map_or(2, |n| n.get()) * 2).max(4),
+            n => n,
+        };
+        let slots = World::ALL
+            .iter()
+            .map(|_| crate::slots::Slots::new(per_world))
+            .collect();
         Ok(Self {
+            slots,
             engine,
             linker,
             config,
@@ -334,8 +350,13 @@ impl ComponentHost {
 
     /// A store around `state` (built with the world's memory cap), with the
     /// world's deadline armed.
-    pub(crate) fn store_with(&self, world: World, state: CallState) -> Store<CallState> {
+    pub(crate) fn store_with(&self, world: World, mut state: CallState) -> Store<CallState> {
         let limits = self.config.limits(world);
+        let index = World::ALL
+            .iter()
+            .position(|w| *w == world)
+            .expect("a world");
+        state.slot = Some(self.slots[index].take());
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;

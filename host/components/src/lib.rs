@@ -34,6 +34,7 @@ mod host;
 mod limits;
 mod parse;
 mod sandbox;
+mod slots;
 mod validate;
 mod world;
 

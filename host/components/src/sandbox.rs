@@ -21,6 +21,9 @@ pub(crate) struct CallState {
     pub(crate) stderr: MemoryOutputPipe,
     /// What the host answers a runtime adapter's questions with.
     pub(crate) services: Option<Box<dyn AdapterServices>>,
+    /// The world's instance slot this call holds, given back when the
+    /// store is dropped.
+    pub(crate) slot: Option<crate::slots::Slot>,
 }
 
 impl CallState {
@@ -64,6 +67,7 @@ impl CallState {
             limiter: MemoryLimiter::new(memory_cap),
             stderr,
             services: None,
+            slot: None,
         })
     }
 

@@ -65,6 +65,37 @@ fn endless_loop_is_stopped_at_the_deadline() {
 }
 
 #[test]
+fn at_most_the_bound_of_one_world_run_at_once() {
+    // Two slots, six calls that each run to their deadline: they run two
+    // at a time, so the last ends no earlier than three deadlines in. (A
+    // lower bound only: a slow machine cannot make it pass wrongly.)
+    let deadline = Duration::from_millis(300);
+    let host = ComponentHost::new(HostConfig {
+        parser_limits: Limits {
+            deadline,
+            ..Limits::default()
+        },
+        instances_per_world: 2,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let looping = host
+        .load(Path::new(artifacts::PARSER_LOOP), World::Parser)
+        .unwrap();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| {
+                let error = host.parse(&looping, &request("x")).unwrap_err();
+                assert_eq!(error.kind, ComponentErrorKind::Timeout(deadline));
+            });
+        }
+    });
+    assert!(started.elapsed() >= deadline * 3, "{:?}", started.elapsed());
+    assert_serves(&host);
+}
+
+#[test]
 fn unbounded_allocation_hits_the_memory_cap() {
     let host = host(Limits {
         memory: 16 * 1024 * 1024,
