@@ -19,6 +19,8 @@ struct Env {
     project: tempfile::TempDir,
     home: tempfile::TempDir,
     cache: PathBuf,
+    /// Run rye with cgroup containment turned off.
+    no_cgroup: bool,
 }
 
 impl Env {
@@ -31,6 +33,7 @@ impl Env {
             project: tempfile::tempdir().unwrap(),
             home: tempfile::tempdir().unwrap(),
             cache,
+            no_cgroup: false,
         }
     }
 
@@ -52,6 +55,9 @@ impl Env {
             .env("RYE_ALLOW_UNSIGNED_PROJECT", "1")
             .env("RYE_LOG", "warn")
             .env("NO_COLOR", "1");
+        if self.no_cgroup {
+            command.env("RYE_NO_CGROUP", "1");
+        }
     }
 
     fn rye(&self, args: &[&str]) -> Output {
@@ -601,20 +607,37 @@ fn http_sessions_are_capped_expire_and_bad_requests_get_clear_answers() {
 
 #[test]
 fn a_tool_and_what_it_detached_die_at_the_timeout() {
+    detached_die_at_the_timeout(None);
+}
+
+#[test]
+fn without_cgroups_what_a_tool_detached_dies_at_the_timeout() {
+    detached_die_at_the_timeout(Some("process-group"));
+}
+
+/// `forced`: the containment expected with cgroups turned off.
+fn detached_die_at_the_timeout(forced: Option<&str>) {
     let env = Env::new();
     env.slow_runtime(1);
     let pidfile = env.project.path().join("detached.pid");
     let params =
         json!({"command": format!("setsid sleep 60 & echo $! > {}; sleep 60", pidfile.display())});
     let started = Instant::now();
-    let out = env.rye(&[
-        "execute",
-        "tool",
-        "slow/tool",
-        "--params",
-        &params.to_string(),
-        "--trace",
-    ]);
+    let mut command = env.command();
+    if forced.is_some() {
+        command.env("RYE_NO_CGROUP", "1");
+    }
+    let out = command
+        .args([
+            "execute",
+            "tool",
+            "slow/tool",
+            "--params",
+            &params.to_string(),
+            "--trace",
+        ])
+        .output()
+        .unwrap();
     assert!(started.elapsed() < Duration::from_secs(30));
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
@@ -627,13 +650,14 @@ fn a_tool_and_what_it_detached_die_at_the_timeout() {
         .iter()
         .find(|e| e["step"] == "primitive")
         .map(|e| e["containment"].clone());
-    assert!(
-        matches!(
-            containment.as_ref().and_then(Value::as_str),
-            Some("cgroup" | "process-group")
+    let containment = containment.as_ref().and_then(Value::as_str);
+    match forced {
+        Some(expected) => assert_eq!(containment, Some(expected)),
+        None => assert!(
+            matches!(containment, Some("cgroup" | "process-group")),
+            "{containment:?}"
         ),
-        "{containment:?}"
-    );
+    }
     let detached = wait_for_pid(&pidfile, Duration::from_secs(5));
     assert!(
         process_dies_soon(detached),
@@ -676,7 +700,18 @@ fn a_terminated_rye_takes_its_tools_with_it() {
 #[cfg(unix)]
 #[test]
 fn what_a_killed_server_left_running_is_stopped_by_the_next_rye() {
-    let env = Env::new();
+    killed_server_leftovers_are_stopped(false);
+}
+
+#[cfg(unix)]
+#[test]
+fn without_cgroups_what_a_killed_server_left_is_stopped_by_the_next_rye() {
+    killed_server_leftovers_are_stopped(true);
+}
+
+fn killed_server_leftovers_are_stopped(no_cgroup: bool) {
+    let mut env = Env::new();
+    env.no_cgroup = no_cgroup;
     env.slow_runtime(600);
     let pidfile = env.project.path().join("detached.pid");
     let mut server = Stdio_::start(&env);

@@ -10,10 +10,10 @@
 //!   own cgroup); the child moves itself into it before it executes
 //!   anything, and ending the run writes `cgroup.kill`, which takes every
 //!   descendant however it detached.
-//! - **process group + sweep**: elsewhere, the group is killed and then
-//!   every process still carrying the run's marker in its environment
-//!   (`RYE_RUN_ID`, inherited by descendants) is found through `/proc` and
-//!   killed.
+//! - **process group + sweep**: elsewhere (or with `RYE_NO_CGROUP` set),
+//!   the group is killed and then every process still carrying the run's
+//!   marker in its environment (`RYE_RUN_ID`, set only in this mode and
+//!   inherited by descendants) is found through `/proc` and killed.
 //!
 //! Either way the child is started with `PR_SET_PDEATHSIG` (Linux), so a
 //! host that dies takes its child with it; a host stopped by SIGTERM,
@@ -141,6 +141,12 @@ impl Run {
             record: None,
             pgid: None,
         }
+    }
+
+    /// Whether the run's processes carry [`RUN_MARKER`]: only where no
+    /// cgroup contains them, since only the sweep needs it.
+    pub(crate) fn marked(&self) -> bool {
+        self.cgroup.is_none()
     }
 
     /// Notes the started child (the leader of its process group).

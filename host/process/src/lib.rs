@@ -3,7 +3,8 @@
 //!
 //! A [`Plan`] is run exactly as written: the program and its arguments as
 //! argv (no shell unless the program is one), the environment replaced by
-//! the planned one (plus [`RUN_MARKER`]), the working directory, and stdin
+//! the planned one (plus [`RUN_MARKER`] where no cgroup contains the run),
+//! the working directory, and stdin
 //! fed from memory. The child leads a new process group and is contained
 //! as [`contain`] describes (a cgroup per run where the machine allows), so
 //! a timeout, a cancellation (dropping the future), the end of the run or
@@ -143,7 +144,6 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
         .args(&plan.args)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .env(RUN_MARKER, &run.id)
         .stdin(if plan.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -154,6 +154,9 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
         .kill_on_drop(true);
     if let Some(cwd) = &plan.cwd {
         command.current_dir(cwd);
+    }
+    if run.marked() {
+        command.env(RUN_MARKER, &run.id);
     }
     #[cfg(unix)]
     command.process_group(0);
