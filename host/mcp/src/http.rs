@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::RyeServer;
-use crate::framing;
+use crate::jsonrpc;
 
 /// The path MCP is served on.
 pub const ENDPOINT: &str = "/mcp";
@@ -322,9 +322,9 @@ async fn post(
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return json_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                &framing::error_body(
+                &jsonrpc::error_body(
                     None,
-                    framing::INVALID_REQUEST,
+                    jsonrpc::INVALID_REQUEST,
                     &format!("the request body is larger than {limit} bytes"),
                 ),
             );
@@ -335,15 +335,15 @@ async fn post(
     let message: Value = match serde_json::from_slice(&bytes) {
         Ok(message) => message,
         Err(e) => {
-            return json_response(StatusCode::BAD_REQUEST, &framing::parse_error(&bytes, &e));
+            return json_response(StatusCode::BAD_REQUEST, &jsonrpc::parse_error(&bytes, &e));
         }
     };
     if session.is_none() && shared.sessions.len() >= shared.options.max_sessions {
         let mut response = json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &framing::error_body(
+            &jsonrpc::error_body(
                 message.get("id").cloned(),
-                framing::SERVER_BUSY,
+                jsonrpc::SERVER_BUSY,
                 &format!(
                     "this server holds its limit of {} sessions; retry later",
                     shared.options.max_sessions

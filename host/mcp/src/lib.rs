@@ -22,6 +22,7 @@ mod args;
 mod catalog;
 mod framing;
 mod http;
+pub mod jsonrpc;
 mod schema;
 
 use std::path::PathBuf;
