@@ -1,5 +1,4 @@
-//! Calls into the `runtime-adapter` world, and the host services an adapter
-//! may ask for.
+//! Calls into the `runtime-adapter` world.
 
 use std::path::PathBuf;
 
@@ -11,33 +10,8 @@ use crate::bindings::adapter::rye::plugin::{host as wit_host, types as wit_types
 use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre};
 use crate::sandbox::CallState;
+use crate::services::{AdapterServices, PluginSpace};
 use crate::world::World;
-
-/// The spaces, as the contract names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PluginSpace {
-    Project,
-    User,
-    System,
-}
-
-/// Answers to the questions `rye:plugin/host` lets an adapter ask. The item
-/// host implements it with its policy; every answer it gives should be
-/// recorded where the caller's trace can show it.
-pub trait AdapterServices: Send {
-    /// A variable of the host environment, if policy exposes it.
-    fn get_env(&mut self, name: &str) -> Option<String>;
-    /// The host environment as policy exposes it.
-    fn environment(&mut self) -> Vec<(String, String)>;
-    /// `binary` looked up on the host's `PATH`.
-    fn which(&mut self, binary: &str) -> Option<String>;
-    /// Runs the interpreter resolve command chain element `item_id`
-    /// declares, returning the first line it printed.
-    fn run_declared_command(&mut self, item_id: &str) -> Result<String, String>;
-    /// The text of `.ai/config/<path>` in `space`, if the file exists.
-    fn read_config(&mut self, space: PluginSpace, path: &str) -> Result<Option<String>, String>;
-}
 
 /// One element of the chain an adapter plans for.
 #[derive(Debug, Clone)]

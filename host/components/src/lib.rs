@@ -34,19 +34,19 @@ mod host;
 mod limits;
 mod parse;
 mod sandbox;
+mod services;
 mod slots;
 mod validate;
 mod world;
 
-pub use adapter::{
-    AdapterServices, PlanElement, PlanFailure, PlanRequest, PlannedProcess, PluginSpace,
-};
+pub use adapter::{PlanElement, PlanFailure, PlanRequest, PlannedProcess};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin};
 pub use limits::Limits;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
 };
+pub use services::{AdapterServices, PluginSpace};
 pub use validate::{
     ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, Subject, Validated, ValidatorInfo,
 };

@@ -8,8 +8,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
-use crate::adapter::AdapterServices;
 use crate::limits::MemoryLimiter;
+use crate::services::AdapterServices;
 
 /// How much of a component's stderr is kept for error messages.
 const STDERR_CAPTURE: usize = 16 * 1024;

@@ -5,12 +5,12 @@
 //! long each text may be. Going past a bound is a failure of the validator,
 //! not of the host, and what fit is kept.
 
-use crate::adapter::PluginSpace;
 use crate::bindings::validator::exports::rye::plugin::validation as wit;
 use crate::bindings::validator::rye::plugin::types as wit_types;
 use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre};
 use crate::parse::{Diagnostic, PluginKind, Position, Severity};
+use crate::services::PluginSpace;
 use crate::world::World;
 
 /// Findings one call may report.
