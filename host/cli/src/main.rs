@@ -530,7 +530,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     let base = std::env::current_dir().unwrap_or_else(|_| root.clone());
                     report::github(&mut out, &report, &base)?
                 }
-                _ => output::report(&mut out, &report)?,
+                _ => report::human(&mut out, &report)?,
             }
             out.flush()?;
             if report.has_errors() {

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use rye_host::{FileCheck, Loaded, Report, SearchResponse, Severity, SignOutcome};
+use rye_host::{FileCheck, Loaded, SearchResponse, SignOutcome};
 
 pub fn search(out: &mut impl Write, response: &SearchResponse) -> io::Result<()> {
     let shown = response.results.len();
@@ -175,38 +175,6 @@ pub fn verified(out: &mut impl Write, checks: &[FileCheck]) -> io::Result<()> {
         }
     }
     writeln!(out, "\n{passed} verified, {failed} failed")
-}
-
-pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
-    let mut current = None;
-    for finding in &report.findings {
-        if current != Some(&finding.path) {
-            writeln!(out, "{}", finding.path.display())?;
-            current = Some(&finding.path);
-        }
-        writeln!(out, "  {}", crate::report::finding_line(finding))?;
-    }
-    if !report.findings.is_empty() {
-        writeln!(out)?;
-    }
-    writeln!(out, "{}", summary(report))
-}
-
-/// `N items, N chains, N validators: N errors, N warnings`.
-pub fn summary(report: &Report) -> String {
-    let errors = report
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .count();
-    format!(
-        "{} items, {} chains, {} validators: {} errors, {} warnings",
-        report.items,
-        report.chains,
-        report.validators.len(),
-        errors,
-        report.findings.len() - errors
-    )
 }
 
 /// A progress bar on standard error: shown only on a terminal, outside CI

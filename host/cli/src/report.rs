@@ -200,7 +200,7 @@ pub fn github(out: &mut impl Write, report: &Report, base: &Path) -> io::Result<
             command_data(&f.message)
         )?;
     }
-    writeln!(out, "{}", crate::output::summary(report))
+    writeln!(out, "{}", summary(report))
 }
 
 /// A workflow command's message: `%`, CR and LF escaped.
@@ -300,6 +300,39 @@ fn xml(text: &str) -> String {
         }
     }
     out
+}
+
+/// The human report: findings grouped by file, then the summary.
+pub fn human(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    let mut current = None;
+    for finding in &report.findings {
+        if current != Some(&finding.path) {
+            writeln!(out, "{}", finding.path.display())?;
+            current = Some(&finding.path);
+        }
+        writeln!(out, "  {}", finding_line(finding))?;
+    }
+    if !report.findings.is_empty() {
+        writeln!(out)?;
+    }
+    writeln!(out, "{}", summary(report))
+}
+
+/// `N items, N chains, N validators: N errors, N warnings`.
+pub fn summary(report: &Report) -> String {
+    let errors = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    format!(
+        "{} items, {} chains, {} validators: {} errors, {} warnings",
+        report.items,
+        report.chains,
+        report.validators.len(),
+        errors,
+        report.findings.len() - errors
+    )
 }
 
 #[cfg(test)]

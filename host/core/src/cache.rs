@@ -1,5 +1,10 @@
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::hash::Hash;
+use std::sync::Arc;
+
+use rye_space::FileStamp;
+use serde_json::{Map, Value};
 
 /// A bounded map that forgets what has not been used lately: entries live
 /// in a current and a previous generation; when the current one is full it
@@ -39,6 +44,24 @@ impl<K: Eq + Hash, V: Clone> Generational<K, V> {
         self.current.insert(key, value);
     }
 }
+
+/// Cached metadata of one element file.
+pub(crate) struct ElementEntry {
+    pub(crate) stamp: FileStamp,
+    pub(crate) parser: [u8; 32],
+    pub(crate) content_hash: [u8; 32],
+    pub(crate) metadata: Arc<Map<String, Value>>,
+}
+
+/// Element metadata by file path.
+#[derive(Default)]
+pub(crate) struct ElementCache {
+    pub(crate) entries: HashMap<OsString, ElementEntry, foldhash::fast::RandomState>,
+}
+
+/// Validation results kept for `execute` and `sign`, by validator and
+/// subject.
+pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 
 #[cfg(test)]
 mod tests {

@@ -13,8 +13,6 @@
 //! system → mutable, declared inputs against declared outputs, and the
 //! parent's `child_constraints` version range for the child.
 
-use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,15 +23,10 @@ use serde_json::{Map, Value};
 use rye_integrity::TrustStore;
 use sha2::{Digest, Sha256};
 
+use crate::cache::ElementEntry;
+use crate::chain_rules::{ChainError, EXECUTE_PRIMITIVE, MAX_DEPTH, PRIMITIVE_ALIASES};
 use crate::parse::ParserLookup;
 use crate::{HostError, Rye, Signed, normalize};
-
-/// At most this many elements: tool, runtimes, primitive.
-pub const MAX_DEPTH: usize = 10;
-
-/// The primitive every chain ends in, and the older id accepted for it.
-pub const EXECUTE_PRIMITIVE: &str = "rye/core/primitives/execute";
-const PRIMITIVE_ALIASES: &[(&str, &str)] = &[("rye/core/primitives/subprocess", EXECUTE_PRIMITIVE)];
 
 /// One element of a chain.
 #[derive(Debug, Clone)]
@@ -111,63 +104,6 @@ impl Chain {
     pub fn summaries(&self) -> Vec<ChainSummary> {
         self.elements.iter().map(ChainElement::summary).collect()
     }
-}
-
-/// Why a chain could not be built or is not valid. Each names the
-/// elements involved and the rule.
-#[derive(Debug, thiserror::Error)]
-pub enum ChainError {
-    #[error(
-        "tool {id:?} not found (searched {})",
-        rye_space::display_paths(searched)
-    )]
-    ToolNotFound { id: String, searched: Vec<PathBuf> },
-
-    #[error("executor {missing:?} not found: {referenced_by:?} ({}) names it as its executor_id", path.display())]
-    ExecutorNotFound {
-        missing: String,
-        referenced_by: String,
-        path: PathBuf,
-    },
-
-    #[error("circular dependency: {}", path.join(" -> "))]
-    Cycle { path: Vec<String> },
-
-    #[error("chain too deep: more than {MAX_DEPTH} elements ({} -> ...)", path.join(" -> "))]
-    TooDeep { path: Vec<String> },
-
-    #[error("{}: cannot read {id:?} as a chain element: {reason}", path.display())]
-    Unreadable {
-        id: String,
-        path: PathBuf,
-        reason: String,
-    },
-
-    #[error("chain root {id:?} ({}) has no executor_id but is not a primitive this host runs (known: {EXECUTE_PRIMITIVE})", path.display())]
-    NotAPrimitive { id: String, path: PathBuf },
-
-    #[error("{child:?} ({child_space}) -> {parent:?} ({parent_space}): {rule}")]
-    Invalid {
-        child: String,
-        child_space: Space,
-        parent: String,
-        parent_space: Space,
-        rule: String,
-    },
-}
-
-/// Cached metadata of one element file.
-struct ElementEntry {
-    stamp: FileStamp,
-    parser: [u8; 32],
-    content_hash: [u8; 32],
-    metadata: Arc<Map<String, Value>>,
-}
-
-/// Element metadata by file path.
-#[derive(Default)]
-pub(crate) struct ElementCache {
-    entries: HashMap<OsString, ElementEntry, foldhash::fast::RandomState>,
 }
 
 fn canonical(id: &str) -> &str {

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use rye_components::HostConfig;
 use rye_integrity::PublicKey;
 
-use crate::{HostError, IntegrityPolicy};
+use crate::HostError;
 
 /// Where the host finds its spaces and keeps its caches.
 #[derive(Debug, Clone)]
@@ -122,4 +122,25 @@ pub fn state_dir_from_env() -> Option<PathBuf> {
     var("RYE_STATE_DIR")
         .or_else(|| var("XDG_STATE_HOME").map(|d| d.join("rye")))
         .or_else(|| var("HOME").map(|h| h.join(".local/state/rye")))
+}
+
+/// What the host demands of the files it uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntegrityPolicy {
+    /// Verify signatures at all. Off only for hosts that verify by other
+    /// means (and for measuring what verification costs).
+    pub enforce: bool,
+    /// Let unsigned items and components of the project space run, for
+    /// development. Signed but modified or untrusted files still fail, and
+    /// every result that used an unsigned file says so in `warnings`.
+    pub allow_unsigned_project: bool,
+}
+
+impl Default for IntegrityPolicy {
+    fn default() -> Self {
+        Self {
+            enforce: true,
+            allow_unsigned_project: false,
+        }
+    }
 }

@@ -7,207 +7,21 @@
 //! execution checks no signature twice; the trust store is re-read only
 //! when a trusted-key folder or file changes.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rye_components::{LoadedComponent, World};
+use rye_components::World;
 use rye_integrity::{
-    IntegrityError, PublicKey, SignatureFormat, TRUSTED_DIR, TrustStore, Verified, format_for,
-    verify_detached, verify_text,
+    IntegrityError, TRUSTED_DIR, TrustStore, format_for, verify_detached, verify_text,
 };
 use rye_space::{Extractors, FileStamp, ItemKind, Space, Spaces};
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::cache::Generational;
+use crate::trust_state::{
+    ComponentKey, FoundComponent, Signed, TrustEntry, Verdict, VerdictKey, declared_formats,
+    files_read, trust_stamps, trusted_files,
+};
 use crate::{HostError, Rye};
-
-/// Verdicts kept in memory.
-const VERDICT_CACHE_ENTRIES: usize = 50_000;
-
-/// What the host demands of the files it uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IntegrityPolicy {
-    /// Verify signatures at all. Off only for hosts that verify by other
-    /// means (and for measuring what verification costs).
-    pub enforce: bool,
-    /// Let unsigned items and components of the project space run, for
-    /// development. Signed but modified or untrusted files still fail, and
-    /// every result that used an unsigned file says so in `warnings`.
-    pub allow_unsigned_project: bool,
-}
-
-impl Default for IntegrityPolicy {
-    fn default() -> Self {
-        Self {
-            enforce: true,
-            allow_unsigned_project: false,
-        }
-    }
-}
-
-/// How a file the host used stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Signed {
-    /// Signed by a trusted key and unchanged.
-    Verified(Verified),
-    /// Unsigned, allowed by the policy for the project space.
-    UnsignedAllowed,
-    /// Verification is off.
-    NotChecked,
-}
-
-impl Signed {
-    /// The warning a result carries for this file, if any.
-    pub fn warning(&self, what: &str) -> Option<String> {
-        match self {
-            Signed::Verified(v) => v.uncovered.as_ref().map(|u| format!("{what}: {u}")),
-            Signed::UnsignedAllowed => Some(format!(
-                "{what}: unsigned, used because the policy allows unsigned project items"
-            )),
-            Signed::NotChecked => None,
-        }
-    }
-
-    pub fn fingerprint(&self) -> Option<&str> {
-        match self {
-            Signed::Verified(v) => Some(&v.fingerprint),
-            _ => None,
-        }
-    }
-
-    /// The content hash a lockfile pins: the signed hash, or the file's
-    /// SHA-256 when the file is unsigned.
-    pub(crate) fn integrity(&self, file_hash: &[u8; 32]) -> String {
-        match self {
-            Signed::Verified(v) => v.hash.clone(),
-            _ => hex::encode(file_hash),
-        }
-    }
-}
-
-/// A component found through the spaces and verified.
-#[derive(Clone)]
-pub(crate) struct FoundComponent {
-    pub(crate) component: Arc<LoadedComponent>,
-    pub(crate) signed: Signed,
-}
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct VerdictKey {
-    content: [u8; 32],
-    kind: ItemKind,
-    format: SignatureFormat,
-    trust: [u8; 32],
-}
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct ComponentKey {
-    content: [u8; 32],
-    signature: Option<FileStamp>,
-    trust: [u8; 32],
-}
-
-type Verdict = Result<Verified, IntegrityError>;
-
-/// Trust stores by their folders, with the stamps they were read at.
-type TrustCache = HashMap<Vec<PathBuf>, TrustEntry>;
-
-struct TrustEntry {
-    /// The trusted-key files read, and the stamps of the folders then
-    /// those files.
-    files: Vec<PathBuf>,
-    stamps: Vec<Option<FileStamp>>,
-    store: Arc<TrustStore>,
-}
-
-pub(crate) struct IntegrityState {
-    pub(crate) policy: IntegrityPolicy,
-    builtin: Option<PublicKey>,
-    given: Vec<(PublicKey, String)>,
-    trust: std::sync::Mutex<TrustCache>,
-    verdicts: std::sync::Mutex<Generational<VerdictKey, Verdict>>,
-    components: std::sync::Mutex<Generational<ComponentKey, Verdict>>,
-    hashes: std::sync::Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
-    /// Lockfiles read, by path, with the stamp they were read at.
-    pub(crate) locks: std::sync::Mutex<LockCache>,
-}
-
-pub(crate) type LockCache = HashMap<PathBuf, (FileStamp, Option<Arc<serde_json::Value>>)>;
-
-impl IntegrityState {
-    pub(crate) fn new(policy: IntegrityPolicy, given: Vec<(PublicKey, String)>) -> Self {
-        Self {
-            policy,
-            builtin: PublicKey::from_pem(rye_system::public_key_pem()).ok(),
-            given,
-            trust: Default::default(),
-            verdicts: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
-            components: std::sync::Mutex::new(Generational::new(VERDICT_CACHE_ENTRIES)),
-            hashes: Default::default(),
-            locks: Default::default(),
-        }
-    }
-}
-
-/// The stamps of the trusted-key folders and of the files in them; the
-/// files are those of the last read (a file added or removed changes its
-/// folder's stamp, one rewritten in place its own).
-fn trust_stamps(dirs: &[PathBuf], files: &[PathBuf]) -> Vec<Option<FileStamp>> {
-    dirs.iter()
-        .chain(files)
-        .map(|p| FileStamp::read(p).ok())
-        .collect()
-}
-
-/// The trusted-key files a store was built from: those it kept and those
-/// it left out.
-fn files_read(store: &TrustStore) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = store
-        .keys()
-        .filter_map(|k| match &k.source {
-            rye_integrity::KeySource::File { path, .. } => Some(path.clone()),
-            _ => None,
-        })
-        .chain(store.ignored().iter().map(|(p, _)| p.clone()))
-        .collect();
-    files.sort();
-    files
-}
-
-fn trusted_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = dirs
-        .iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    files
-}
-
-pub(crate) fn declared_formats(
-    extractors: Option<&Extractors>,
-    kind: ItemKind,
-) -> Vec<(String, SignatureFormat)> {
-    extractors
-        .and_then(|e| e.get(kind))
-        .map(|e| {
-            e.signature_formats
-                .iter()
-                .map(|(ext, f)| {
-                    (
-                        ext.clone(),
-                        SignatureFormat::new(&f.prefix, &f.suffix, f.after_shebang),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 impl Rye {
     /// The keys trusted for `spaces`: the system key built into the

@@ -15,30 +15,38 @@
 
 mod cache;
 mod chain;
+mod chain_rules;
 mod config;
 mod error;
 mod execute;
+mod finding;
 mod integrity;
+mod layout;
 mod load;
 mod lockfile;
 mod metadata;
 mod parse;
 mod search;
+mod search_index;
 mod services;
 mod sign;
+mod trust_state;
 mod validate;
 mod validators;
 
-pub use chain::{Chain, ChainElement, ChainError, ChainSummary, EXECUTE_PRIMITIVE, MAX_DEPTH};
+pub use chain::{Chain, ChainElement, ChainSummary};
+pub use chain_rules::{ChainError, EXECUTE_PRIMITIVE, MAX_DEPTH};
 pub use config::{RyeConfig, state_dir_from_env};
 
 /// How the processes of runs are contained, and stopping them all.
 pub mod runs {
     pub use rye_process::{Containment, RUN_MARKER, containment, init, stop_all};
 }
+pub use config::IntegrityPolicy;
 pub use error::HostError;
 pub use execute::{ExecuteRequest, STANDARD_ADAPTER};
-pub use integrity::{IntegrityPolicy, Signed};
+pub use finding::Finding;
+pub use layout::{COMPONENT_FOLDERS, component_folder};
 pub use load::{LOAD_REPLY_TEXT, LoadRequest, Loaded};
 pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
@@ -50,6 +58,7 @@ pub use rye_components::{
 pub use rye_integrity;
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, shorten, validate_plugin_name};
 pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
-pub use sign::{COMPONENT_FOLDERS, FileCheck, SignOutcome, Signable, SignedFile, component_folder};
-pub use validate::{Finding, Report, ValidateOptions};
+pub use sign::{FileCheck, SignOutcome, Signable, SignedFile};
+pub use trust_state::Signed;
+pub use validate::{Report, ValidateOptions};
 pub use validators::Validator;

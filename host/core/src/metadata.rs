@@ -19,6 +19,7 @@
 
 use serde_json::{Map, Value};
 
+use rye_components::PluginKind;
 use rye_space::ItemKind;
 
 const TOOL_FIELDS: &[(&str, &[&str])] = &[
@@ -126,6 +127,16 @@ fn first_paragraph(text: &str) -> String {
         .map(str::trim)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// An item kind as the component contract names it.
+pub(crate) fn plugin_kind(kind: ItemKind) -> PluginKind {
+    match kind {
+        ItemKind::Directive => PluginKind::Directive,
+        ItemKind::Tool => PluginKind::Tool,
+        ItemKind::Knowledge => PluginKind::Knowledge,
+        ItemKind::Config => PluginKind::Config,
+    }
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 
 use rye_integrity::TrustStore;
 
+use crate::cache::ElementCache;
 use crate::cache::Generational;
-use crate::chain::ElementCache;
-use crate::search::Index;
+use crate::search_index::Index;
 use crate::{HostError, RyeConfig};
 
 /// Parse results kept in memory, by parser and content.
@@ -47,7 +47,7 @@ pub struct Rye {
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
     /// Extractors per set of candidate files, with the files' stamps.
     extractor_cache: Mutex<ExtractorCache>,
-    pub(crate) integrity: crate::integrity::IntegrityState,
+    pub(crate) integrity: crate::trust_state::IntegrityState,
     pub(crate) key_dir: Option<PathBuf>,
     /// What each validator component says of itself, by content hash.
     pub(crate) validator_info: Mutex<HashMap<[u8; 32], Result<ValidatorInfo, ComponentError>>>,
@@ -103,12 +103,13 @@ impl Rye {
             elements: Mutex::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
-            integrity: crate::integrity::IntegrityState::new(config.integrity, config.trusted_keys),
+            integrity: crate::trust_state::IntegrityState::new(
+                config.integrity,
+                config.trusted_keys,
+            ),
             key_dir,
             validator_info: Mutex::default(),
-            validations: Mutex::new(Generational::new(
-                crate::validators::VALIDATION_CACHE_ENTRIES,
-            )),
+            validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
         })
     }
 
@@ -245,7 +246,7 @@ impl Rye {
             Some(outcome) => outcome,
             None => {
                 let request = ParseRequest {
-                    kind: crate::validators::plugin_kind(kind),
+                    kind: crate::metadata::plugin_kind(kind),
                     item_id: id,
                     file_name: &key.file_name,
                     content: &content,

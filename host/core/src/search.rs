@@ -6,20 +6,17 @@
 //! of the folders, a `stat` per file and the scoring.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use rye_space::query::Query;
-use rye_space::{Extractors, FileStamp, ItemKind, Listed, Space, Spaces};
+use rye_space::{Extractors, ItemKind, Listed, Space, Spaces};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::parse::ParserLookup;
-use crate::{HostError, Rye, normalize};
-
-/// Characters of an item's text shown (and matched) as its preview.
-const PREVIEW_CHARS: usize = 200;
+use crate::search_index::{IndexEntry, SearchDoc};
+use crate::{HostError, Rye};
 
 /// Which spaces a search covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -143,124 +140,6 @@ pub struct SearchResponse {
     pub limit: usize,
     pub offset: usize,
     pub search_type: &'static str,
-}
-
-/// What search knows about one item file.
-#[derive(Debug)]
-pub(crate) struct SearchDoc {
-    name: String,
-    title: String,
-    description: String,
-    preview: String,
-    metadata: Map<String, Value>,
-    error: Option<String>,
-    /// Lowercase text per searchable field, in [`FIELDS`] order.
-    fields: [String; FIELDS.len()],
-    /// The non-empty fields joined by spaces: what a query must match.
-    joined: String,
-}
-
-/// The fields search matches, and the names extractors weigh them by.
-const FIELDS: [&str; 7] = [
-    "name",
-    "title",
-    "id",
-    "description",
-    "tags",
-    "category",
-    "preview",
-];
-
-impl SearchDoc {
-    fn field(&self, name: &str) -> &str {
-        FIELDS
-            .iter()
-            .position(|f| *f == name)
-            .map_or("", |i| self.fields[i].as_str())
-    }
-}
-
-impl SearchDoc {
-    fn new(
-        kind: ItemKind,
-        id: &str,
-        document: Result<(&Map<String, Value>, &str), String>,
-    ) -> Self {
-        let (metadata, preview, error) = match document {
-            Ok((document, content)) => {
-                let metadata = normalize(kind, id, document);
-                let text = match (kind, document.get("body")) {
-                    (ItemKind::Tool, _) | (_, None) => content,
-                    (_, Some(body)) => body.as_str().unwrap_or_default(),
-                };
-                (metadata, text.chars().take(PREVIEW_CHARS).collect(), None)
-            }
-            Err(error) => (normalize(kind, id, &Map::new()), String::new(), Some(error)),
-        };
-        let text = |key: &str| {
-            metadata
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let name = text("name");
-        let title = metadata
-            .get("title")
-            .and_then(Value::as_str)
-            .map_or_else(|| name.clone(), str::to_owned);
-        let description = text("description");
-        let tags = match metadata.get("tags") {
-            Some(Value::Array(tags)) => tags
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" "),
-            Some(Value::String(tag)) => tag.clone(),
-            _ => String::new(),
-        };
-        let fields = [
-            name.to_lowercase(),
-            title.to_lowercase(),
-            id.to_lowercase(),
-            description.to_lowercase(),
-            tags.to_lowercase(),
-            text("category").to_lowercase(),
-            preview.to_lowercase(),
-        ];
-        let joined = fields
-            .iter()
-            .filter(|f| !f.is_empty())
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(" ");
-        Self {
-            name,
-            title,
-            description,
-            preview,
-            metadata,
-            error,
-            fields,
-            joined,
-        }
-    }
-}
-
-struct IndexEntry {
-    stamp: FileStamp,
-    parser: [u8; 32],
-    kind: ItemKind,
-    id: String,
-    doc: Arc<SearchDoc>,
-}
-
-/// Search documents by file path. Keyed by the path's bytes with a fast
-/// hash: `Path`'s own hashing and equality walk its components, which is
-/// most of a lookup's cost.
-#[derive(Default)]
-pub(crate) struct Index {
-    entries: HashMap<OsString, IndexEntry, foldhash::fast::RandomState>,
 }
 
 /// Parses a scope into kinds and an optional id namespace.

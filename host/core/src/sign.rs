@@ -11,26 +11,11 @@ use rye_space::{Extractors, ItemKind, Space, Spaces};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::integrity::declared_formats;
+use crate::layout::{COMPONENT_FOLDERS, component_folder};
 use crate::lockfile::write_atomically;
 use crate::parse::ParserLookup;
+use crate::trust_state::declared_formats;
 use crate::{HostError, Rye};
-
-/// Folders of `.ai/` that hold components, signed by detached files.
-pub const COMPONENT_FOLDERS: [&str; 3] = [
-    component_folder(World::Parser),
-    component_folder(World::RuntimeAdapter),
-    component_folder(World::Validator),
-];
-
-/// The folder under `.ai/` that holds the components of `world`.
-pub const fn component_folder(world: World) -> &'static str {
-    match world {
-        World::Parser => "parsers",
-        World::RuntimeAdapter => "adapters",
-        World::Validator => "validators",
-    }
-}
 
 /// What can be signed: an item, or a component named by its folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -11,26 +11,9 @@ use rye_space::{ItemKind, Space};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::finding::Finding;
 use crate::parse::ParserLookup;
 use crate::{HostError, Rye};
-
-/// One finding about one file.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub path: PathBuf,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub column: Option<u32>,
-    pub severity: Severity,
-    /// What kind of check found it: `parse`, `chain`, `signature`, or the
-    /// parser's own rule name.
-    pub rule: String,
-    pub message: String,
-    /// The validator component that reported it (or that it is about).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub validator: Option<String>,
-}
 
 /// What a validation run found.
 #[derive(Debug, Clone, Serialize)]

@@ -18,19 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rye_components::{
-    ChainLink, ComponentError, ItemSubject, LoadedComponent, PluginKind, PluginSpace, Severity,
-    Subject, ValidatorInfo, World,
+    ChainLink, ComponentError, ItemSubject, LoadedComponent, PluginSpace, Severity, Subject,
+    ValidatorInfo, World,
 };
 use rye_integrity::TrustStore;
 use rye_space::{ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
-use crate::validate::Finding;
+use crate::finding::Finding;
+use crate::metadata::plugin_kind;
 use crate::{Chain, HostError, ParsedItem, Rye, Signed};
-
-/// Validation results kept for `execute` and `sign`, by validator and
-/// subject.
-pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 
 /// One validator ready to run.
 #[derive(Debug, Clone)]
@@ -522,15 +519,6 @@ fn collect_wasm(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> st
         }
     }
     Ok(())
-}
-
-pub(crate) fn plugin_kind(kind: ItemKind) -> PluginKind {
-    match kind {
-        ItemKind::Directive => PluginKind::Directive,
-        ItemKind::Tool => PluginKind::Tool,
-        ItemKind::Knowledge => PluginKind::Knowledge,
-        ItemKind::Config => PluginKind::Config,
-    }
 }
 
 pub(crate) fn plugin_space(space: Space) -> PluginSpace {

@@ -32,6 +32,7 @@ mod error;
 mod format;
 mod keys;
 mod line;
+mod sign;
 mod time;
 mod trust;
 mod verify;
@@ -41,11 +42,10 @@ pub use error::IntegrityError;
 pub use format::{DETACHED_EXTENSION, SignatureFormat, detached_path, format_for};
 pub use keys::{Keypair, PublicKey, fingerprint_of_pem, normalize_pem};
 pub use line::{Located, Rule, Signature, find_signature};
+pub use sign::{sign_detached, sign_text, strip_signature};
 pub use time::utc_timestamp;
 pub use trust::{
     KeySource, TRUSTED_DIR, TrustStore, TrustStoreBuilder, TrustedKey, read_public_key,
     trusted_key_toml,
 };
-pub use verify::{
-    Verified, sign_detached, sign_text, strip_signature, verify_detached, verify_text,
-};
+pub use verify::{Verified, verify_detached, verify_text};

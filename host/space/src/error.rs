@@ -13,11 +13,11 @@ pub enum SpaceError {
         rule: &'static str,
     },
 
-    #[error("unknown item kind {0:?}: expected directive, tool, knowledge or config")]
-    UnknownKind(String),
+    #[error(transparent)]
+    UnknownKind(#[from] crate::kind::UnknownKind),
 
-    #[error("unknown space {0:?}: expected project, user or system")]
-    UnknownSpace(String),
+    #[error(transparent)]
+    UnknownSpace(#[from] crate::space::UnknownSpace),
 
     #[error("{kind} {id:?} not found (searched {})", display_paths(searched))]
     NotFound {

@@ -3,8 +3,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::SpaceError;
-
 /// The kinds of items kept under `.ai/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,8 +43,13 @@ impl fmt::Display for ItemKind {
     }
 }
 
+/// A name that is no item kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown item kind {0:?}: expected directive, tool, knowledge or config")]
+pub struct UnknownKind(pub String);
+
 impl FromStr for ItemKind {
-    type Err = SpaceError;
+    type Err = UnknownKind;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
@@ -54,7 +57,7 @@ impl FromStr for ItemKind {
             "tool" | "tools" => Ok(ItemKind::Tool),
             "knowledge" => Ok(ItemKind::Knowledge),
             "config" => Ok(ItemKind::Config),
-            other => Err(SpaceError::UnknownKind(other.to_owned())),
+            other => Err(UnknownKind(other.to_owned())),
         }
     }
 }

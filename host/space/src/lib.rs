@@ -31,9 +31,9 @@ pub use confine::{escape_error, escape_of, open_within, read_within, write_withi
 pub use error::{SpaceError, display_paths, shorten};
 pub use extractor::{DeclaredFormat, EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
-pub use kind::ItemKind;
+pub use kind::{ItemKind, UnknownKind};
 pub use listing::ListingCache;
 pub use resolve::{Listed, Location, Resolved, extension_of};
-pub use space::{Space, SpaceRoot, Spaces, same_dir};
+pub use space::{Space, SpaceRoot, Spaces, UnknownSpace, same_dir};
 pub use stamp::FileStamp;
 pub use yaml::parse_yaml;

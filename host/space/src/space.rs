@@ -4,7 +4,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ItemKind, SpaceError};
+use crate::ItemKind;
 
 /// The three spaces, highest precedence first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -43,15 +43,20 @@ impl fmt::Display for Space {
     }
 }
 
+/// A name that is no space.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown space {0:?}: expected project, user or system")]
+pub struct UnknownSpace(pub String);
+
 impl FromStr for Space {
-    type Err = SpaceError;
+    type Err = UnknownSpace;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "project" => Ok(Space::Project),
             "user" => Ok(Space::User),
             "system" => Ok(Space::System),
-            other => Err(SpaceError::UnknownSpace(other.to_owned())),
+            other => Err(UnknownSpace(other.to_owned())),
         }
     }
 }

@@ -1,0 +1,19 @@
+//! Where things live under a space's `.ai/` folder.
+
+use rye_components::World;
+
+/// Folders of `.ai/` that hold components, signed by detached files.
+pub const COMPONENT_FOLDERS: [&str; 3] = [
+    component_folder(World::Parser),
+    component_folder(World::RuntimeAdapter),
+    component_folder(World::Validator),
+];
+
+/// The folder under `.ai/` that holds the components of `world`.
+pub const fn component_folder(world: World) -> &'static str {
+    match world {
+        World::Parser => "parsers",
+        World::RuntimeAdapter => "adapters",
+        World::Validator => "validators",
+    }
+}
