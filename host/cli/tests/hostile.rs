@@ -526,37 +526,50 @@ fn http_survives_running_out_of_descriptors_and_closes_slow_clients() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(server.alive(), "the server exited when descriptors ran out");
     drop(held);
-    // Slow clients: headers trickled a byte at a time are cut off.
-    let mut slow: Vec<TcpStream> = (0..100)
-        .map(|_| TcpStream::connect(&server.authority).unwrap())
+    // Slow clients: headers trickled a byte at a time, a single byte and
+    // then nothing, or nothing at all; each is cut off.
+    let mut slow: Vec<TcpStream> = (0..120)
+        .map(|i| {
+            let mut stream = TcpStream::connect(&server.authority).unwrap();
+            match i % 3 {
+                0 => stream.write_all(b"POST /mcp HTTP/1.1\r\n").unwrap(),
+                1 => stream.write_all(b"P").unwrap(),
+                _ => {}
+            }
+            stream
+        })
         .collect();
     let started = Instant::now();
-    let mut closed = 0;
-    for _ in 0..60 {
-        for stream in &mut slow {
-            if stream.write_all(b"P").is_err() {
-                continue;
+    for _ in 0..30 {
+        for (i, stream) in slow.iter_mut().enumerate() {
+            if i % 3 == 0 {
+                let _ = stream.write_all(b"X");
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     // Closed: the server answered (408) or hung up; a connection still
     // held open only times out reading.
-    for stream in &mut slow {
+    let mut open = Vec::new();
+    for (i, stream) in slow.iter_mut().enumerate() {
         stream
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let mut buf = [0u8; 256];
-        match stream.read(&mut buf) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            _ => closed += 1,
+        if let Err(e) = stream.read(&mut buf)
+            && matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        {
+            open.push(i % 3);
         }
     }
-    assert_eq!(closed, slow.len(), "after {:?}", started.elapsed());
+    assert!(
+        open.is_empty(),
+        "still open after {:?} (0 trickling, 1 one byte, 2 silent): {open:?}",
+        started.elapsed()
+    );
     assert!(server.alive());
     server
         .initialize()

@@ -28,7 +28,7 @@ use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -102,6 +102,9 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
 #[derive(Default)]
 struct Sessions {
     live: Mutex<HashMap<String, Activity>>,
+    /// Sessions being made (an `initialize` in flight), counted against
+    /// the cap with the live ones; changed only under `live`'s lock.
+    making: std::sync::atomic::AtomicUsize,
 }
 
 struct Activity {
@@ -110,8 +113,17 @@ struct Activity {
 }
 
 impl Sessions {
-    fn len(&self) -> usize {
-        self.live.lock().expect("sessions lock").len()
+    /// Holds a place for a session about to be made, until the returned
+    /// guard is dropped (by then the session is live or was not made);
+    /// `None` at the cap.
+    fn reserve(&self, max: usize) -> Option<Reservation<'_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let live = self.live.lock().expect("sessions lock");
+        if live.len() + self.making.load(SeqCst) >= max {
+            return None;
+        }
+        self.making.fetch_add(1, SeqCst);
+        Some(Reservation(self))
     }
 
     fn contains(&self, id: &str) -> bool {
@@ -157,6 +169,18 @@ impl Sessions {
             live.remove(id);
         }
         expired
+    }
+}
+
+/// A place held for a session being made.
+struct Reservation<'a>(&'a Sessions);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let _live = self.0.live.lock().expect("sessions lock");
+        self.0
+            .making
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -223,17 +247,13 @@ pub async fn serve_http(
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(&shared, request).await) }
             });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
+            // HTTP/1.1 only: the header timeout then runs from the moment
+            // the connection is accepted, so a client that sends nothing,
+            // or one byte, is closed too (protocol detection for HTTP/2
+            // would wait for bytes with no limit).
+            let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(header_timeout))
-                .keep_alive_timeout(header_timeout);
-            let served = builder
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), handler)
                 .await;
             if let Err(e) = served {
@@ -338,23 +358,13 @@ async fn post(
             return json_response(StatusCode::BAD_REQUEST, &jsonrpc::parse_error(&bytes, &e));
         }
     };
-    if session.is_none() && shared.sessions.len() >= shared.options.max_sessions {
-        let mut response = json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &jsonrpc::error_body(
-                message.get("id").cloned(),
-                jsonrpc::SERVER_BUSY,
-                &format!(
-                    "this server holds its limit of {} sessions; retry later",
-                    shared.options.max_sessions
-                ),
-            ),
-        );
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("5"));
-        return response;
-    }
+    let reservation = match session {
+        Some(_) => None,
+        None => match shared.sessions.reserve(shared.options.max_sessions) {
+            Some(reservation) => Some(reservation),
+            None => return busy(shared, &message),
+        },
+    };
     // A request (not a notification or response) may be cancelled if its
     // client goes away before the answer is complete.
     let request_id = message
@@ -367,7 +377,6 @@ async fn post(
         shared.sessions.begin(id, false);
     }
     let response = call(shared, request).await;
-    let created = session.is_none();
     let session = session.or_else(|| {
         response
             .headers()
@@ -375,13 +384,35 @@ async fn post(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     });
-    if created && let Some(id) = &session {
-        shared.sessions.begin(id, true);
+    if let Some(reservation) = reservation {
+        if let Some(id) = &session {
+            shared.sessions.begin(id, true);
+        }
+        drop(reservation);
     }
     match session {
         Some(id) => wrap(shared, response, id, request_id),
         None => response,
     }
+}
+
+/// 503 with `Retry-After`: the server holds its limit of sessions.
+fn busy(shared: &Shared, message: &Value) -> Response<Body> {
+    let mut response = json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &jsonrpc::error_body(
+            message.get("id").cloned(),
+            jsonrpc::SERVER_BUSY,
+            &format!(
+                "this server holds its limit of {} sessions; retry later",
+                shared.options.max_sessions
+            ),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 async fn delete(
