@@ -155,8 +155,24 @@ impl<'a> Lexer<'a> {
         Some(b)
     }
 
+    /// Consumes one whole character: all of its UTF-8 bytes, so the
+    /// position stays on a character boundary.
+    fn bump_char(&mut self) {
+        if self.bump().is_some() {
+            while self.peek().is_some_and(|b| b & 0xC0 == 0x80) {
+                self.bump();
+            }
+        }
+    }
+
     fn char_here(&self) -> char {
-        self.src[self.pos..].chars().next().unwrap_or('\0')
+        // Every advance past non-ASCII text is by whole characters; should
+        // one ever stop inside a character, it reads as a replacement
+        // character rather than ending the parse.
+        self.src
+            .get(self.pos..)
+            .and_then(|rest| rest.chars().next())
+            .unwrap_or(if self.pos < self.src.len() { '\u{fffd}' } else { '\0' })
     }
 
     fn error<T>(&self, message: impl Into<String>, line: u32, col: u32) -> Result<T, LexError> {
@@ -545,10 +561,10 @@ impl<'a> Lexer<'a> {
                 }
                 b'\\' => {
                     self.bump();
-                    self.bump();
+                    self.bump_char();
                 }
                 _ => {
-                    self.bump();
+                    self.bump_char();
                 }
             }
         }
@@ -569,7 +585,7 @@ impl<'a> Lexer<'a> {
                     return Ok(());
                 }
                 Some(_) => {
-                    self.bump();
+                    self.bump_char();
                 }
             }
         }
@@ -726,6 +742,21 @@ mod tests {
 c""#,
         );
         assert_eq!(lines[0].1[2], Tok::Str(StrValue::Text("a\tbAéAc".into())));
+    }
+
+    #[test]
+    fn non_ascii_after_a_backslash_in_an_fstring_field_is_read_whole() {
+        // Found by fuzzing: a backslash and a byte-order mark inside a
+        // replacement field left the lexer inside a character, and the
+        // next look at it panicked.
+        for src in [
+            "f{ff{f\"f{\x0c\\\n\\\u{feff}\"\"\"\0\r\r\"\"\"\n",
+            "x = f\"{a\\\u{feff}b}\"\n",
+            "x = f\"{a\u{3000}é}\"\n",
+            "x = f\"{a:\u{3000}é}\"\n",
+        ] {
+            let _ = collect(src);
+        }
     }
 
     #[test]
