@@ -172,7 +172,11 @@ impl<'a> Lexer<'a> {
         self.src
             .get(self.pos..)
             .and_then(|rest| rest.chars().next())
-            .unwrap_or(if self.pos < self.src.len() { '\u{fffd}' } else { '\0' })
+            .unwrap_or(if self.pos < self.src.len() {
+                '\u{fffd}'
+            } else {
+                '\0'
+            })
     }
 
     fn error<T>(&self, message: impl Into<String>, line: u32, col: u32) -> Result<T, LexError> {
