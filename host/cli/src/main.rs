@@ -437,6 +437,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             });
             output::json(&mut out, &result)?;
             out.flush()?;
+            // What the run left for the reaper (a sweep, a cgroup to
+            // remove) is done before the process ends.
+            rye_host::runs::settle(std::time::Duration::from_secs(2));
             if result["status"] == "error" {
                 return Err(Failed.into());
             }

@@ -40,7 +40,7 @@ pub use config::{RyeConfig, state_dir_from_env};
 
 /// How the processes of runs are contained, and stopping them all.
 pub mod runs {
-    pub use rye_process::{Containment, RUN_MARKER, containment, init, stop_all};
+    pub use rye_process::{Containment, RUN_MARKER, containment, init, settle, stop_all};
 }
 pub use config::IntegrityPolicy;
 pub use error::HostError;

@@ -20,12 +20,15 @@
 //! SIGHUP or SIGINT kills every live run first ([`stop_all`], called from
 //! the binary's signal handling); and every live run is recorded in the
 //! runs folder (see [`init`]) so what a SIGKILLed host could not stop is
-//! found and stopped when the next host starts.
+//! found and stopped when the next host starts. The child joins its
+//! cgroup and sets its death signal itself, before it executes anything:
+//! that takes a hook in the forked child, so the spawn is a fork of the
+//! host rather than a `posix_spawn` (see `BENCHMARKS.md` for the cost).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The environment variable marking every process of a run.
 pub const RUN_MARKER: &str = "RYE_RUN_ID";
@@ -122,17 +125,24 @@ impl Run {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let cgroup = state().cgroup_parent.as_ref().and_then(|parent| {
+        // A cgroup counts only with its `cgroup.procs` open for writing.
+        let contained = state().cgroup_parent.as_ref().and_then(|parent| {
             let dir = parent.join(format!("rye-run-{id}"));
-            std::fs::create_dir(&dir).ok().map(|()| dir)
-        });
-        #[cfg(target_os = "linux")]
-        let procs = cgroup.as_ref().and_then(|dir| {
-            std::fs::OpenOptions::new()
+            std::fs::create_dir(&dir).ok()?;
+            match std::fs::OpenOptions::new()
                 .write(true)
                 .open(dir.join("cgroup.procs"))
-                .ok()
+            {
+                Ok(procs) => Some((dir, procs)),
+                Err(_) => {
+                    let _ = std::fs::remove_dir(&dir);
+                    None
+                }
+            }
         });
+        let (cgroup, procs) = contained.unzip();
+        #[cfg(not(target_os = "linux"))]
+        drop(procs);
         Self {
             id,
             #[cfg(target_os = "linux")]
@@ -149,7 +159,8 @@ impl Run {
         self.cgroup.is_none()
     }
 
-    /// Notes the started child (the leader of its process group).
+    /// Notes the started child (the leader of its process group, already
+    /// in the run's cgroup: it moved itself there before executing).
     pub(crate) fn started(&mut self, pid: Option<u32>) {
         self.pgid = pid.and_then(|p| i32::try_from(p).ok());
         live().lock().expect("live runs lock").insert(
@@ -178,15 +189,23 @@ impl Run {
 
     /// Kills every process of the run.
     pub(crate) fn kill(&self) {
-        kill_run(self.cgroup.as_deref(), self.pgid, &self.id);
+        kill_run(self.cgroup.as_deref(), self.pgid);
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
         self.kill();
-        if let Some(cgroup) = &self.cgroup {
-            remove_cgroup(cgroup);
+        if self.cgroup.is_none() {
+            // What left the group is found by its marker: a walk of /proc
+            // that costs milliseconds, so it runs off the run's path.
+            reaper().send(Job::Sweep(self.id.clone()));
+        }
+        if let Some(cgroup) = self.cgroup.take() {
+            // Empty at once as a rule; a killed cgroup empties shortly.
+            if std::fs::remove_dir(&cgroup).is_err() {
+                reaper().send(Job::RemoveCgroup(cgroup));
+            }
         }
         if let Some(record) = &self.record {
             let _ = std::fs::remove_file(record);
@@ -203,7 +222,10 @@ pub fn stop_all() {
         .map(|l| l.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
     for (id, run) in runs {
-        kill_run(run.cgroup.as_deref(), run.pgid, &id);
+        kill_run(run.cgroup.as_deref(), run.pgid);
+        if run.cgroup.is_none() {
+            sweep_marked(&id);
+        }
         if let Some(cgroup) = &run.cgroup {
             remove_cgroup(cgroup);
         }
@@ -213,7 +235,9 @@ pub fn stop_all() {
     }
 }
 
-fn kill_run(cgroup: Option<&Path>, pgid: Option<i32>, id: &str) {
+/// Kills the run's cgroup, or its process group (what left the group is
+/// for the marker sweep).
+fn kill_run(cgroup: Option<&Path>, pgid: Option<i32>) {
     if let Some(cgroup) = cgroup {
         let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
     }
@@ -222,11 +246,69 @@ fn kill_run(cgroup: Option<&Path>, pgid: Option<i32>, id: &str) {
         // ESRCH (already gone) is the usual, fine answer.
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
-    // Without a cgroup, what left the group is found by its marker.
-    if cgroup.is_none() {
-        sweep_marked(id);
+}
+
+/// Work that finishes a run after its result is out: sweeping for its
+/// marker, removing its cgroup once empty. One thread, fed by a queue;
+/// [`settle`] waits until it is idle.
+struct Reaper {
+    jobs: std::sync::mpsc::Sender<Job>,
+    pending: Arc<(Mutex<usize>, std::sync::Condvar)>,
+}
+
+enum Job {
+    Sweep(String),
+    RemoveCgroup(PathBuf),
+}
+
+fn reaper() -> &'static Reaper {
+    static REAPER: OnceLock<Reaper> = OnceLock::new();
+    REAPER.get_or_init(|| {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let pending: Arc<(Mutex<usize>, std::sync::Condvar)> = Arc::default();
+        let done = pending.clone();
+        std::thread::Builder::new()
+            .name("rye-reaper".into())
+            .spawn(move || {
+                for job in queue {
+                    match job {
+                        Job::Sweep(id) => sweep_marked(&id),
+                        Job::RemoveCgroup(dir) => remove_cgroup(&dir),
+                    }
+                    let (count, idle) = &*done;
+                    *count.lock().expect("reaper lock") -= 1;
+                    idle.notify_all();
+                }
+            })
+            .expect("a reaper thread");
+        Reaper { jobs, pending }
+    })
+}
+
+impl Reaper {
+    fn send(&self, job: Job) {
+        let _ = REAPER_STARTED.set(());
+        *self.pending.0.lock().expect("reaper lock") += 1;
+        if self.jobs.send(job).is_err() {
+            *self.pending.0.lock().expect("reaper lock") -= 1;
+        }
     }
 }
+
+/// Waits (up to `limit`) until every finished run's sweep and cleanup is
+/// done: for a one-shot command about to exit, so nothing it started is
+/// left to a thread the exit would end.
+pub fn settle(limit: std::time::Duration) {
+    let Some(reaper) = REAPER_STARTED.get().map(|()| reaper()) else {
+        return;
+    };
+    let (count, idle) = &*reaper.pending;
+    let guard = count.lock().expect("reaper lock");
+    let _ = idle.wait_timeout_while(guard, limit, |pending| *pending > 0);
+}
+
+/// Set once a job was queued, so [`settle`] starts no thread of its own.
+static REAPER_STARTED: OnceLock<()> = OnceLock::new();
 
 /// Kills the processes whose environment carries run `id`'s marker.
 fn sweep_marked(id: &str) {
@@ -314,7 +396,7 @@ fn stop_abandoned(dir: &Path) -> usize {
         let cgroup = Some(PathBuf::from(field("cgroup"))).filter(|c| !c.as_os_str().is_empty());
         // A process group whose leader is gone may have been reused by
         // now; only the cgroup and the marker identify the run for sure.
-        kill_run(cgroup.as_deref(), None, &id);
+        kill_run(cgroup.as_deref(), None);
         if cgroup.is_none() {
             sweep_marked(&id);
         }

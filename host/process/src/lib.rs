@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-pub use contain::{Containment, RUN_MARKER, containment, init, stop_all};
+pub use contain::{Containment, RUN_MARKER, containment, init, settle, stop_all};
 
 /// What to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
