@@ -352,10 +352,10 @@ fn remove_cgroup(cgroup: &Path) {
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
         }
     }
-    tracing_less_warning(cgroup);
+    warn_left_behind(cgroup);
 }
 
-fn tracing_less_warning(cgroup: &Path) {
+fn warn_left_behind(cgroup: &Path) {
     eprintln!(
         "rye: the run cgroup {} could not be removed; it is stopped when rye next starts",
         cgroup.display()
