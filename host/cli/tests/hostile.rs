@@ -620,16 +620,24 @@ fn http_sessions_are_capped_expire_and_bad_requests_get_clear_answers() {
 
 #[test]
 fn a_tool_and_what_it_detached_die_at_the_timeout() {
-    detached_die_at_the_timeout(None);
+    detached_die_at_the_timeout(None, false);
 }
 
 #[test]
 fn without_cgroups_what_a_tool_detached_dies_at_the_timeout() {
-    detached_die_at_the_timeout(Some("process-group"));
+    detached_die_at_the_timeout(Some("process-group"), false);
 }
 
-/// `forced`: the containment expected with cgroups turned off.
-fn detached_die_at_the_timeout(forced: Option<&str>) {
+/// As on a kernel without pidfds, where the host forks to start a tool.
+#[test]
+fn with_the_forking_spawn_what_a_tool_detached_dies_at_the_timeout() {
+    detached_die_at_the_timeout(None, true);
+    detached_die_at_the_timeout(Some("process-group"), true);
+}
+
+/// `forced`: the containment expected with cgroups turned off; `fork`:
+/// start the tool as a kernel without pidfds makes rye do.
+fn detached_die_at_the_timeout(forced: Option<&str>, fork: bool) {
     let env = Env::new();
     env.slow_runtime(1);
     let pidfile = env.project.path().join("detached.pid");
@@ -639,6 +647,9 @@ fn detached_die_at_the_timeout(forced: Option<&str>) {
     let mut command = env.command();
     if forced.is_some() {
         command.env("RYE_NO_CGROUP", "1");
+    }
+    if fork {
+        command.env("RYE_NO_PIDFD", "1");
     }
     let out = command
         .args([

@@ -21,9 +21,8 @@
 //! the binary's signal handling); and every live run is recorded in the
 //! runs folder (see [`init`]) so what a SIGKILLed host could not stop is
 //! found and stopped when the next host starts. The child joins its
-//! cgroup and sets its death signal itself, before it executes anything:
-//! that takes a hook in the forked child, so the spawn is a fork of the
-//! host rather than a `posix_spawn` (see `BENCHMARKS.md` for the cost).
+//! cgroup and sets its death signal itself, before it executes anything
+//! (see `spawn` for how that is done without copying the host).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -259,6 +258,8 @@ struct Reaper {
 enum Job {
     Sweep(String),
     RemoveCgroup(PathBuf),
+    #[cfg(target_os = "linux")]
+    Reap(std::os::fd::OwnedFd),
 }
 
 fn reaper() -> &'static Reaper {
@@ -274,6 +275,13 @@ fn reaper() -> &'static Reaper {
                     match job {
                         Job::Sweep(id) => sweep_marked(&id),
                         Job::RemoveCgroup(dir) => remove_cgroup(&dir),
+                        #[cfg(target_os = "linux")]
+                        Job::Reap(pidfd) => {
+                            let _ = rustix::process::waitid(
+                                rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+                                rustix::process::WaitIdOptions::EXITED,
+                            );
+                        }
                     }
                     let (count, idle) = &*done;
                     *count.lock().expect("reaper lock") -= 1;
@@ -293,6 +301,12 @@ impl Reaper {
             *self.pending.0.lock().expect("reaper lock") -= 1;
         }
     }
+}
+
+/// Reaps a killed child off the caller's thread.
+#[cfg(target_os = "linux")]
+pub(crate) fn reap(pidfd: std::os::fd::OwnedFd) {
+    reaper().send(Job::Reap(pidfd));
 }
 
 /// Waits (up to `limit`) until every finished run's sweep and cleanup is

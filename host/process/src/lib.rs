@@ -23,6 +23,8 @@
 //! ```
 
 mod contain;
+#[cfg(target_os = "linux")]
+mod spawn;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -139,63 +141,14 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> {
     let started = Instant::now();
     let mut run = contain::Run::new();
-    let mut command = tokio::process::Command::new(&plan.command);
-    command
-        .args(&plan.args)
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if plan.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(cwd) = &plan.cwd {
-        command.current_dir(cwd);
-    }
-    if run.marked() {
-        command.env(RUN_MARKER, &run.id);
-    }
-    #[cfg(unix)]
-    command.process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let host = rustix::process::getpid();
-        let procs = run.procs.as_ref().map(|f| f.as_raw_fd());
-        // SAFETY: the closure runs in the forked child before it executes
-        // the program and makes only async-signal-safe system calls
-        // (prctl, getppid, write), allocating nothing. `procs` stays open
-        // in the parent until the spawn has returned.
-        unsafe {
-            command.pre_exec(move || {
-                // The child dies with the host; if the host is already
-                // gone, it must not start at all.
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))?;
-                if rustix::process::getppid() != Some(host) {
-                    return Err(std::io::Error::other("the host exited"));
-                }
-                if let Some(fd) = procs {
-                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-                    // "0" moves the writing process into the cgroup.
-                    rustix::io::write(fd, b"0")?;
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = command.spawn().map_err(|source| SpawnError {
+    let mut child = Started::new(plan, &run).map_err(|source| SpawnError {
         command: plan.command.clone(),
         source,
     })?;
     run.started(child.id());
     let group = &run;
 
-    let stdin = child.stdin.take();
+    let (stdin, stdout_pipe, stderr_pipe) = child.pipes();
     let input = plan.stdin.clone();
     let writer = tokio::spawn(async move {
         if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
@@ -209,7 +162,6 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     // lose what the child wrote. Bytes read survive the reading being cut
     // short.
     let (mut out, mut err) = (Captured::default(), Captured::default());
-    let (stdout_pipe, stderr_pipe) = (child.stdout.take(), child.stderr.take());
     let (exited, exit_seen) = tokio::sync::oneshot::channel::<()>();
     let reading = async {
         let both = async {
@@ -230,13 +182,13 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     let waiting = async {
         let (status, timed_out) = match plan.timeout {
             Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-                Ok(status) => (status.ok(), false),
+                Ok(status) => (status, false),
                 Err(_) => {
                     group.kill();
-                    (child.wait().await.ok(), true)
+                    (child.wait().await, true)
                 }
             },
-            None => (child.wait().await.ok(), false),
+            None => (child.wait().await, false),
         };
         // Whatever the child left running in its group goes with it.
         group.kill();
@@ -247,10 +199,7 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     writer.abort();
     let (stdout, stdout_dropped) = (out.kept, out.dropped);
     let (stderr, stderr_dropped) = (err.kept, err.dropped);
-    let (code, signal) = match status {
-        Some(status) => (status.code(), exit_signal(&status)),
-        None => (None, None),
-    };
+    let (code, signal) = status.unwrap_or((None, None));
     Ok(Outcome {
         code,
         signal,
@@ -310,12 +259,125 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, into: &mu
     }
 }
 
-#[cfg(unix)]
-fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
-    std::os::unix::process::ExitStatusExt::signal(status)
+type Input = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+type Output = Box<dyn AsyncRead + Unpin + Send>;
+
+/// A started child, however it was started.
+enum Started {
+    /// Cloned without copying the host (Linux with pidfds).
+    #[cfg(target_os = "linux")]
+    Cloned(spawn::Child),
+    /// Started by `std`: `posix_spawn`, or on Linux without pidfds a fork
+    /// of the host, for the steps the child must take itself.
+    Std(tokio::process::Child),
 }
 
-#[cfg(not(unix))]
-fn exit_signal(_status: &std::process::ExitStatus) -> Option<i32> {
-    None
+impl Started {
+    fn new(plan: &Plan, run: &contain::Run) -> std::io::Result<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsFd;
+            let marker = run.marked().then_some((RUN_MARKER, run.id.as_str()));
+            let procs = run.procs.as_ref().map(|f| f.as_fd());
+            if let Ok(cloned) = spawn::spawn(plan, marker, procs) {
+                return cloned.map(Started::Cloned);
+            }
+        }
+        std_spawn(plan, run).map(Started::Std)
+    }
+
+    fn id(&self) -> Option<u32> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Started::Cloned(child) => Some(child.pid),
+            Started::Std(child) => child.id(),
+        }
+    }
+
+    fn pipes(&mut self) -> (Option<Input>, Option<Output>, Option<Output>) {
+        match self {
+            #[cfg(target_os = "linux")]
+            Started::Cloned(child) => (
+                child.stdin.take().map(|p| Box::new(p) as Input),
+                child.stdout.take().map(|p| Box::new(p) as Output),
+                child.stderr.take().map(|p| Box::new(p) as Output),
+            ),
+            Started::Std(child) => (
+                child.stdin.take().map(|p| Box::new(p) as Input),
+                child.stdout.take().map(|p| Box::new(p) as Output),
+                child.stderr.take().map(|p| Box::new(p) as Output),
+            ),
+        }
+    }
+
+    /// Waits for the child to end: its exit code and the signal that
+    /// ended it, if either; `None` if waiting failed.
+    async fn wait(&mut self) -> Option<(Option<i32>, Option<i32>)> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Started::Cloned(child) => child.wait().await.ok().map(|exit| (exit.code, exit.signal)),
+            Started::Std(child) => {
+                let status = child.wait().await.ok()?;
+                #[cfg(unix)]
+                let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+                #[cfg(not(unix))]
+                let signal = None;
+                Some((status.code(), signal))
+            }
+        }
+    }
+}
+
+/// Starts the child through `std`. On Linux the child joins its cgroup and
+/// sets its death signal in a hook before it executes, which makes `std`
+/// fork the host: used only where [`spawn`] cannot clone.
+fn std_spawn(plan: &Plan, run: &contain::Run) -> std::io::Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(&plan.command);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if plan.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(cwd) = &plan.cwd {
+        command.current_dir(cwd);
+    }
+    if run.marked() {
+        command.env(RUN_MARKER, &run.id);
+    }
+    #[cfg(unix)]
+    command.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let host = rustix::process::getpid();
+        let procs = run.procs.as_ref().map(|f| f.as_raw_fd());
+        // SAFETY: the closure runs in the forked child before it executes
+        // the program and makes only async-signal-safe system calls
+        // (prctl, getppid, write), allocating nothing. `procs` stays open
+        // in the parent until the spawn has returned.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))?;
+                if rustix::process::getppid() != Some(host) {
+                    return Err(std::io::Error::other("the host exited"));
+                }
+                if let Some(fd) = procs {
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    // "0" moves the writing process into the cgroup.
+                    rustix::io::write(fd, b"0")?;
+                }
+                Ok(())
+            });
+        }
+    }
+    command.spawn()
 }

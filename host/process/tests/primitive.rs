@@ -184,3 +184,143 @@ fn a_missing_program_is_a_spawn_error_naming_it() {
         .unwrap_err();
     assert!(error.to_string().contains("/no/such/program"), "{error}");
 }
+
+#[test]
+fn a_bare_name_is_found_on_the_plans_path() {
+    let rt = rt();
+    let found = rt
+        .block_on(run(
+            &Plan::new("echo")
+                .arg("found")
+                .env("PATH", "/nonexistent:/usr/bin:/bin"),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert_eq!(found.stdout, b"found\n");
+    // Without PATH, the default search path, as execvp has it.
+    let default = rt
+        .block_on(run(
+            &Plan::new("sh").arg("-c").arg("echo default"),
+            &Capture::default(),
+        ))
+        .unwrap();
+    assert_eq!(default.stdout, b"default\n");
+    // The host's own PATH is not consulted.
+    let error = rt
+        .block_on(run(
+            &Plan::new("echo").env("PATH", "/nonexistent"),
+            &Capture::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(error.source.kind(), std::io::ErrorKind::NotFound, "{error}");
+    assert!(error.to_string().contains("\"echo\""), "{error}");
+}
+
+#[test]
+fn a_program_that_may_not_be_executed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("tool.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    let error = rt()
+        .block_on(run(
+            &Plan::new(script.display().to_string()),
+            &Capture::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(
+        error.source.kind(),
+        std::io::ErrorKind::PermissionDenied,
+        "{error}"
+    );
+    // The same through a PATH search: permission denied, not "not found".
+    let error = rt()
+        .block_on(run(
+            &Plan::new("tool.sh").env("PATH", dir.path().display().to_string()),
+            &Capture::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(
+        error.source.kind(),
+        std::io::ErrorKind::PermissionDenied,
+        "{error}"
+    );
+}
+
+#[test]
+fn a_missing_working_folder_is_a_spawn_error() {
+    let error = rt()
+        .block_on(run(
+            &Plan::new("/bin/true").cwd("/no/such/folder"),
+            &Capture::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(error.source.kind(), std::io::ErrorKind::NotFound, "{error}");
+}
+
+#[test]
+fn a_nul_byte_in_an_argument_is_refused_before_anything_starts() {
+    let error = rt()
+        .block_on(run(
+            &Plan::new("/bin/echo").arg("a\0b"),
+            &Capture::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(
+        error.source.kind(),
+        std::io::ErrorKind::InvalidInput,
+        "{error}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_child_starts_with_no_signal_blocked_or_ignored() {
+    // The host ignores SIGPIPE (Rust does) and blocks every signal while
+    // it starts a child; neither may reach the program. (Signals 32 and
+    // 33 belong to the C library, which keeps them as it likes.)
+    let out = rt()
+        .block_on(run(
+            &Plan::new("/bin/cat").arg("/proc/self/status"),
+            &Capture::default(),
+        ))
+        .unwrap();
+    let status = String::from_utf8(out.stdout).unwrap();
+    let mask = |field: &str| {
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        u64::from_str_radix(line[field.len()..].trim(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{status}");
+    assert_eq!(mask("SigIgn:") & 0x7fff_ffff, 0, "{status}");
+}
+
+#[test]
+fn many_runs_at_once_each_get_their_own_output() {
+    let rt = rt();
+    let outcomes = rt.block_on(async {
+        let runs = (0..64).map(|i| async move {
+            let plan = sh(&format!("echo out{i}; echo err{i} >&2; exit {}", i % 7));
+            (i, run(&plan, &Capture::default()).await.unwrap())
+        });
+        futures_join_all(runs).await
+    });
+    for (i, outcome) in outcomes {
+        assert_eq!(outcome.stdout, format!("out{i}\n").as_bytes());
+        assert_eq!(outcome.stderr, format!("err{i}\n").as_bytes());
+        assert_eq!(outcome.code, Some(i % 7));
+    }
+}
+
+/// Runs every future on the runtime at once.
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut outputs = Vec::new();
+    for handle in handles {
+        outputs.push(handle.await.unwrap());
+    }
+    outputs
+}
