@@ -299,6 +299,75 @@ fn execute_runs_a_tool_and_exits_by_its_status() {
 }
 
 #[test]
+fn withheld_variables_reach_neither_the_adapter_nor_the_tool() {
+    let env = Env::new();
+    let show = |extra: &[(&str, &str)]| {
+        let extra: Vec<(&str, std::ffi::OsString)> =
+            extra.iter().map(|(k, v)| (*k, v.into())).collect();
+        env.command_with(
+            Command::new(env!("CARGO_BIN_EXE_rye")).args([
+                "execute",
+                "tool",
+                "rye/bash/bash",
+                "--trace",
+                "--params",
+                r#"{"command": "echo \"{\\\"token\\\": \\\"${CI_TOKEN:-absent}\\\", \\\"key\\\": \\\"${AWS_KEY:-absent}\\\"}\""}"#,
+            ]),
+            &extra,
+        )
+    };
+    let secrets = [("CI_TOKEN", "t0ken"), ("AWS_KEY", "k3y")];
+
+    // By default a tool runs with the host's environment (the chain spec).
+    let out = show(&secrets);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        result["data"],
+        json!({"token": "t0ken", "key": "k3y"}),
+        "{result:#}"
+    );
+    let steps: Vec<&str> = result["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["step"].as_str())
+        .collect();
+    assert!(!steps.contains(&"environment"), "{steps:?}");
+
+    // Withheld by name and by prefix: gone, and the trace names (only) them.
+    let mut withheld = secrets.to_vec();
+    withheld.push(("RYE_WITHHOLD_ENV", "CI_TOKEN, AWS_*"));
+    let out = show(&withheld);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        result["data"],
+        json!({"token": "absent", "key": "absent"}),
+        "{result:#}"
+    );
+    let event = result["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["step"] == "environment")
+        .unwrap();
+    assert_eq!(event["withheld"], json!(["AWS_KEY", "CI_TOKEN"]));
+    assert!(!result.to_string().contains("t0ken") && !result.to_string().contains("k3y"));
+
+    // A setting that cannot be read stops the run and says why.
+    let mut bad = secrets.to_vec();
+    bad.push(("RYE_WITHHOLD_ENV", "CI_*_TOKEN"));
+    let out = show(&bad);
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["error_type"], "policy", "{result:#}");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("RYE_WITHHOLD_ENV") && error.contains("CI_*_TOKEN"),
+        "{error}"
+    );
+}
+
+#[test]
 fn execute_reads_parameters_from_stdin() {
     use std::io::Write as _;
     let env = Env::new();

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use rye_gate::HostCall;
 use serde_json::Value;
 use wasmtime::Store;
 
@@ -159,26 +160,25 @@ fn wit_space(space: PluginSpace) -> wit_types::Space {
     }
 }
 
-/// Without services (a component that imports `host` outside the adapter
-/// world) every question gets the empty answer.
+/// A call the gate does not let the component's world make, or made
+/// without services, gets the empty answer or an error saying so.
 impl wit_host::Host for CallState {
     fn get_env(&mut self, name: String) -> Option<String> {
-        self.services.as_mut()?.get_env(&name)
+        self.services_for(HostCall::GetEnv)?.get_env(&name)
     }
 
     fn environment(&mut self) -> Vec<(String, String)> {
-        self.services
-            .as_mut()
+        self.services_for(HostCall::Environment)
             .map(|s| s.environment())
             .unwrap_or_default()
     }
 
     fn which(&mut self, binary: String) -> Option<String> {
-        self.services.as_mut()?.which(&binary)
+        self.services_for(HostCall::Which)?.which(&binary)
     }
 
     fn run_declared_command(&mut self, item_id: String) -> Result<String, String> {
-        match self.services.as_mut() {
+        match self.services_for(HostCall::RunDeclaredCommand) {
             Some(services) => services.run_declared_command(&item_id),
             None => Err("this component may not run commands".into()),
         }
@@ -194,7 +194,7 @@ impl wit_host::Host for CallState {
             wit_types::Space::User => PluginSpace::User,
             wit_types::Space::System => PluginSpace::System,
         };
-        match self.services.as_mut() {
+        match self.services_for(HostCall::ReadConfig) {
             Some(services) => services.read_config(space, &path),
             None => Err("this component may not read configuration".into()),
         }

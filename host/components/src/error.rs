@@ -64,7 +64,7 @@ impl fmt::Display for ComponentErrorKind {
                 crate::World::ALL
                     .iter()
                     .find(|w| w.name() == expected)
-                    .map_or("?", |w| w.export_interface())
+                    .map_or("?", |w| crate::world::export_interface(*w))
             ),
             Self::WrongWorld { expected, found } => write!(
                 f,

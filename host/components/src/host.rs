@@ -122,7 +122,9 @@ type LoadResult = Result<Arc<LoadedComponent>, ComponentErrorKind>;
 /// takes `&self` and may be called from many threads at once.
 pub struct ComponentHost {
     engine: Engine,
-    linker: Linker<CallState>,
+    /// One linker per world, in [`World::ALL`] order, linking what the
+    /// gate grants that world.
+    linkers: Vec<Linker<CallState>>,
     config: HostConfig,
     pooling: bool,
     cache: Option<ArtifactCache>,
@@ -135,12 +137,10 @@ pub struct ComponentHost {
 impl ComponentHost {
     pub fn new(config: HostConfig) -> Result<Self, wasmtime::Error> {
         let (engine, pooling) = build_engine(&config)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings::adapter::rye::plugin::host::add_to_linker::<
-            CallState,
-            wasmtime::component::HasSelf<CallState>,
-        >(&mut linker, |state| state)?;
+        let linkers = World::ALL
+            .into_iter()
+            .map(|world| world_linker(&engine, world))
+            .collect::<Result<Vec<_>, _>>()?;
         let cache = match (&config.cache_dir, &config.cache_key_file) {
             (Some(dir), Some(key)) => ArtifactCache::new(dir.clone(), key, &engine),
             _ => None,
@@ -157,7 +157,7 @@ impl ComponentHost {
         Ok(Self {
             slots,
             engine,
-            linker,
+            linkers,
             config,
             pooling,
             cache,
@@ -265,8 +265,7 @@ impl ComponentHost {
         let (component, origin) = self.compile(path, bytes, hash)?;
         self.check_world(&component, world)?;
         check_imports(&component, &self.engine, world)?;
-        let instance_pre = self
-            .linker
+        let instance_pre = self.linkers[world_index(world)]
             .instantiate_pre(&component)
             .map_err(|e| ComponentErrorKind::Import(format!("{e:#}")))?;
         let pre = match world {
@@ -352,11 +351,8 @@ impl ComponentHost {
     /// world's deadline armed.
     pub(crate) fn store_with(&self, world: World, mut state: CallState) -> Store<CallState> {
         let limits = self.config.limits(world);
-        let index = World::ALL
-            .iter()
-            .position(|w| *w == world)
-            .expect("a world");
-        state.slot = Some(self.slots[index].take());
+        state.slot = Some(self.slots[world_index(world)].take());
+        state.world = Some(world);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
@@ -395,12 +391,35 @@ impl ComponentHost {
 
 /// Only a runtime adapter may ask the host questions; a parser or validator
 /// that imports `rye:plugin/host` wants more than its world grants.
+/// The linker of `world`: WASI (whose grants each call's context makes),
+/// and `rye:plugin/host` only for a world the gate lets make host calls.
+fn world_linker(engine: &Engine, world: World) -> Result<Linker<CallState>, wasmtime::Error> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    if world.links_host() {
+        bindings::adapter::rye::plugin::host::add_to_linker::<
+            CallState,
+            wasmtime::component::HasSelf<CallState>,
+        >(&mut linker, |state| state)?;
+    }
+    Ok(linker)
+}
+
+fn world_index(world: World) -> usize {
+    World::ALL
+        .iter()
+        .position(|w| *w == world)
+        .expect("every world is in World::ALL")
+}
+
+/// A clearer refusal than the linker's for a component that imports the
+/// host interface its world is not granted.
 fn check_imports(
     component: &Component,
     engine: &Engine,
     world: World,
 ) -> Result<(), ComponentErrorKind> {
-    if world == World::RuntimeAdapter {
+    if world.links_host() {
         return Ok(());
     }
     let ty = component.component_type();

@@ -24,6 +24,9 @@ pub(crate) struct CallState {
     /// The world's instance slot this call holds, given back when the
     /// store is dropped.
     pub(crate) slot: Option<crate::slots::Slot>,
+    /// The world of the component the call is to, which the gate asks
+    /// about every host call.
+    pub(crate) world: Option<crate::World>,
 }
 
 impl CallState {
@@ -68,7 +71,20 @@ impl CallState {
             stderr,
             services: None,
             slot: None,
+            world: None,
         })
+    }
+
+    /// The host's services for `call`, if the gate lets this call's world
+    /// make it and the host gave any.
+    pub(crate) fn services_for(
+        &mut self,
+        call: rye_gate::HostCall,
+    ) -> Option<&mut Box<dyn AdapterServices>> {
+        if !self.world.is_some_and(|w| w.may_call(call)) {
+            return None;
+        }
+        self.services.as_mut()
     }
 
     pub(crate) fn stderr_text(&self) -> String {

@@ -1,49 +1,25 @@
-use std::fmt;
-
 /// The package of the plugin contract.
 pub const CONTRACT_PACKAGE: &str = "rye:plugin";
 /// The contract version this host implements.
 pub const CONTRACT_VERSION: &str = "0.1.0";
 
-/// The worlds of the `rye:plugin` contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum World {
-    Parser,
-    RuntimeAdapter,
-    Validator,
-}
+/// The worlds of the `rye:plugin` contract; what each may do is the
+/// gate's to say.
+pub use rye_gate::World;
 
-impl World {
-    pub const ALL: [World; 3] = [World::Parser, World::RuntimeAdapter, World::Validator];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            World::Parser => "parser",
-            World::RuntimeAdapter => "runtime-adapter",
-            World::Validator => "validator",
-        }
-    }
-
-    /// The interface a component of this world exports.
-    pub fn export_interface(self) -> &'static str {
-        match self {
-            World::Parser => "parsing",
-            World::RuntimeAdapter => "planning",
-            World::Validator => "validation",
-        }
-    }
-
-    fn from_interface(interface: &str) -> Option<Self> {
-        World::ALL
-            .into_iter()
-            .find(|w| w.export_interface() == interface)
+/// The interface a component of `world` exports.
+pub fn export_interface(world: World) -> &'static str {
+    match world {
+        World::Parser => "parsing",
+        World::RuntimeAdapter => "planning",
+        World::Validator => "validation",
     }
 }
 
-impl fmt::Display for World {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+fn world_of_interface(interface: &str) -> Option<World> {
+    World::ALL
+        .into_iter()
+        .find(|w| export_interface(*w) == interface)
 }
 
 /// What a component's exports say about it: for each export of the form
@@ -61,7 +37,7 @@ pub(crate) fn contract_exports<'a>(names: impl Iterator<Item = &'a str>) -> Vec<
             let rest = name.strip_prefix(CONTRACT_PACKAGE)?.strip_prefix('/')?;
             let (interface, version) = rest.split_once('@')?;
             Some(ContractExport {
-                world: World::from_interface(interface),
+                world: world_of_interface(interface),
                 interface: interface.to_owned(),
                 version: version.to_owned(),
             })

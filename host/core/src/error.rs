@@ -53,6 +53,14 @@ pub enum HostError {
     #[error("{}: refused by a validator: {report}", path.display())]
     Validation { path: PathBuf, report: String },
 
+    /// A write the gate does not allow.
+    #[error(transparent)]
+    WriteDenied(#[from] rye_gate::WriteDenied),
+
+    /// The environment withholding setting cannot be read.
+    #[error(transparent)]
+    Withholding(#[from] rye_gate::BadPattern),
+
     #[error("{0}")]
     Invalid(String),
 }
@@ -66,6 +74,7 @@ impl HostError {
             HostError::Validation { .. } => "validation",
             HostError::Component(_) => "component",
             HostError::Space(_) => "resolution",
+            HostError::WriteDenied(_) | HostError::Withholding(_) => "policy",
             _ => "host",
         }
     }

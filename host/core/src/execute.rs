@@ -415,27 +415,32 @@ impl Rye {
             .map(Path::to_owned)
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
-        let tool_dir = chain
-            .tool()
-            .path
-            .parent()
-            .map(Path::to_owned)
-            .unwrap_or_default();
-        let mut grants: Vec<PathBuf> = Vec::new();
-        for dir in [
-            Some(project_path.clone()),
-            Some(tool_dir.clone()),
-            tool_dir.parent().map(Path::to_owned),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if dir.is_dir() && !grants.contains(&dir) {
-                grants.push(dir);
-            }
+        // The adapter is told the project by the path it is shown it at.
+        let project_path = rye_gate::lexical(&project_path).unwrap_or(project_path);
+        // What the adapter sees is the gate's to say: the folders, and the
+        // host environment less what the user withholds.
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let views = rye_gate::ViewRequest {
+            project: Some(&project_path),
+            tool_file: Some(&chain.tool().path),
+            home: home.as_deref(),
+        };
+        let grants: Vec<PathBuf> = rye_gate::file_views(World::RuntimeAdapter, &views)
+            .into_iter()
+            .filter(|dir| dir.is_dir())
+            .collect();
+        let policy = match std::env::var(rye_gate::WITHHOLD_VAR) {
+            Ok(setting) => rye_gate::EnvPolicy::parse(&setting)?,
+            Err(_) => rye_gate::EnvPolicy::default(),
+        };
+        let exposed = policy.expose(std::env::vars());
+        if !exposed.withheld.is_empty() {
+            log.lock()
+                .expect("trace log lock")
+                .push(json!({"step": "environment", "withheld": exposed.withheld}));
         }
         let services = HostServices {
-            env: std::env::vars().collect(),
+            env: exposed.visible,
             commands: chain
                 .elements
                 .iter()

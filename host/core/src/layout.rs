@@ -11,9 +11,5 @@ pub const COMPONENT_FOLDERS: [&str; 3] = [
 
 /// The folder under `.ai/` that holds the components of `world`.
 pub const fn component_folder(world: World) -> &'static str {
-    match world {
-        World::Parser => "parsers",
-        World::RuntimeAdapter => "adapters",
-        World::Validator => "validators",
-    }
+    world.folder()
 }

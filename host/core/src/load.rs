@@ -283,16 +283,12 @@ impl Rye {
             // The bytes copied are the bytes shown and verified; a new copy
             // of a read-only system file is writable where it lands; no
             // link on the way is followed.
-            rye_space::write_within(
-                &root.ai_dir,
+            crate::lockfile::write_atomically(
+                &spaces,
                 &target,
                 loaded.content.as_bytes(),
                 request.force,
-            )
-            .map_err(|e| match e {
-                SpaceError::Exists { path } => HostError::Exists { path },
-                other => other.into(),
-            })?;
+            )?;
             loaded.copied_to = Some(destination);
             loaded.destination_path = Some(target);
         }

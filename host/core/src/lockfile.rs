@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::{Chain, ChainElement, HostError, Rye};
 
 /// Where lockfiles live under `.ai/`.
-pub const LOCKFILES_DIR: &str = "lockfiles";
+pub use rye_gate::LOCKFILES_DIR;
 
 /// The provider id of elements of the bundled system space.
 const SYSTEM_PROVIDER: &str = "rye-system";
@@ -254,7 +254,7 @@ impl Rye {
             .join(LOCKFILES_DIR)
             .join(file_name(chain.tool()));
         let text = serde_json::to_string_pretty(&document(chain)).expect("JSON") + "\n";
-        write_atomically(&root.ai_dir, &path, text.as_bytes())?;
+        write_atomically(spaces, &path, text.as_bytes(), true)?;
         Ok(path)
     }
 
@@ -335,16 +335,38 @@ fn is_lockfile(doc: &Value) -> bool {
         && doc["resolved_chain"].is_array()
 }
 
-/// Writes `path`, inside the space folder `space_dir`, whole or not at
-/// all, replacing what is there (keeping its permissions) and following
-/// no link on the way.
+/// Writes `path` whole or not at all, following no link on the way,
+/// where the gate lets rye write (inside a folder of a project or user
+/// space's `.ai/`). `replace`: an existing file is replaced (keeping its
+/// permissions); otherwise it is [`HostError::Exists`].
 pub(crate) fn write_atomically(
-    space_dir: &Path,
+    spaces: &Spaces,
     path: &Path,
     bytes: &[u8],
+    replace: bool,
 ) -> Result<(), HostError> {
-    rye_space::write_within(space_dir, path, bytes, true).map_err(|e| match e {
+    let plain = |p: &Path| rye_gate::lexical(p).unwrap_or_else(|| p.to_owned());
+    let target = plain(path);
+    let dirs: Vec<(Space, PathBuf)> = spaces
+        .roots()
+        .iter()
+        .map(|r| (r.space, plain(&r.ai_dir)))
+        .collect();
+    let roots: Vec<rye_gate::WriteRoot<'_>> = dirs
+        .iter()
+        .map(|(space, ai_dir)| rye_gate::WriteRoot {
+            space: *space,
+            ai_dir,
+        })
+        .collect();
+    let space = rye_gate::may_write(&target, &roots)?;
+    let (_, space_dir) = dirs
+        .iter()
+        .find(|(s, _)| *s == space)
+        .expect("the gate answers one of the roots");
+    rye_space::write_within(space_dir, &target, bytes, replace).map_err(|e| match e {
         rye_space::SpaceError::Io { path, source } => HostError::Io { path, source },
+        rye_space::SpaceError::Exists { path } => HostError::Exists { path },
         other => other.into(),
     })
 }

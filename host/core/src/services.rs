@@ -14,8 +14,8 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Answers an adapter's questions for one execution.
 pub(crate) struct HostServices {
-    /// The host process environment (adapters see all of it: what they
-    /// plan runs with it anyway).
+    /// The host process environment as the gate shows it (less what the
+    /// user withholds; the process the adapter plans runs with no more).
     pub env: Vec<(String, String)>,
     /// Each chain element's declared `env_config.interpreter.resolve_cmd`.
     pub commands: HashMap<String, Vec<String>>,

@@ -133,7 +133,7 @@ impl Rye {
             .ai_dir
             .join(rye_integrity::TRUSTED_DIR)
             .join(format!("{}.toml", key.fingerprint()));
-        write_atomically(&root.ai_dir, &path, text.as_bytes())?;
+        write_atomically(&spaces, &path, text.as_bytes(), true)?;
         Ok(path)
     }
 
@@ -195,7 +195,7 @@ impl Rye {
                         path.display()
                     )));
                 }
-                self.sign_component(&spaces, &root.ai_dir, &path, folder, &key)
+                self.sign_component(&spaces, &path, folder, &key)
             }
             Signable::Item(kind) => {
                 let extractors = self.extractors(&spaces)?;
@@ -285,8 +285,7 @@ impl Rye {
                     error,
                 }
             })?;
-        let space_dir = &spaces.root(space).expect("the item's space").ai_dir;
-        write_atomically(space_dir, path, signed.as_bytes())?;
+        write_atomically(spaces, path, signed.as_bytes(), true)?;
         let removed_lockfiles = if kind == ItemKind::Tool {
             let version = parsed.outcome.as_ref().as_ref().map_or_else(
                 |_| "0.0.0".into(),
@@ -309,7 +308,6 @@ impl Rye {
     fn sign_component(
         &self,
         spaces: &Spaces,
-        space_dir: &Path,
         path: &Path,
         folder: &str,
         key: &Keypair,
@@ -329,9 +327,10 @@ impl Rye {
             .is_some_and(|text| verify_detached(&hash, &text, &only(key)).is_ok());
         if !unchanged {
             write_atomically(
-                space_dir,
+                spaces,
                 &signature_path,
                 sign_detached(&hash, key, SystemTime::now()).as_bytes(),
+                true,
             )?;
         }
         Ok(SignedFile {
@@ -377,7 +376,7 @@ impl Rye {
                 .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
             {
                 outcomes.push(
-                    self.sign_component(&spaces, &root.ai_dir, &path, folder, &key)
+                    self.sign_component(&spaces, &path, folder, &key)
                         .map_err(|e| (path.clone(), e)),
                 );
             }
