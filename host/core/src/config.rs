@@ -58,9 +58,7 @@ impl RyeConfig {
         let cache_dir = var("RYE_CACHE_DIR")
             .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("rye")))
             .or_else(|| home.as_ref().map(|h| h.join(".cache/rye")))
-            .ok_or_else(|| {
-                HostError::Invalid("no cache directory: set RYE_CACHE_DIR or HOME".into())
-            })?;
+            .ok_or(HostError::NoCacheDir)?;
         let user_base = var("USER_SPACE")
             .map(expand_home(home.as_ref()))
             .or(home.clone());

@@ -399,13 +399,11 @@ impl Rye {
         let found = match self.find_component(spaces, trust, name, World::RuntimeAdapter)? {
             Ok(found) => found,
             Err(searched) => {
-                return Err(HostError::Invalid(format!(
-                    "runtime adapter {name:?} not found (looked for {}){}",
-                    rye_space::display_paths(&searched),
-                    named
-                        .map(|(e, _)| format!("; {} names it", e.item_id))
-                        .unwrap_or_default()
-                )));
+                return Err(HostError::AdapterNotFound {
+                    name: name.to_owned(),
+                    searched,
+                    named_by: named.map(|(e, _)| e.item_id.clone()),
+                });
             }
         };
         let adapter = found.component;
@@ -495,8 +493,9 @@ impl Rye {
             .components
             .plan(&adapter, &request, &grants, Box::new(services))
             .map_err(|e: ComponentError| HostError::Component(e))?
-            .map_err(|failure| {
-                HostError::Invalid(format!("runtime adapter {}: {failure}", path.display()))
+            .map_err(|failure| HostError::AdapterFailed {
+                path: path.clone(),
+                failure: failure.to_string(),
             })?;
         Ok((path, found.signed, planned))
     }

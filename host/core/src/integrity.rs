@@ -328,9 +328,7 @@ impl Rye {
             "tool_dir" => (tool_dir, rule.recursive),
             "anchor" => (anchor, rule.recursive),
             other => {
-                return Err(HostError::Invalid(format!(
-                    "verify_deps.scope {other:?} is not tool_file, tool_siblings, tool_dir or anchor"
-                )));
+                return Err(HostError::DepsScope(other.to_owned()));
             }
         };
         let real_base = base.canonicalize().map_err(|e| HostError::io(base, e))?;

@@ -250,14 +250,13 @@ impl Rye {
         {
             let root = match destination {
                 Space::System => {
-                    return Err(HostError::Invalid(
-                        "the system space is read-only; copy to the project or user space".into(),
-                    ));
+                    return Err(HostError::SystemReadOnly {
+                        hint: "copy to the project or user space",
+                    });
                 }
-                space => spaces.root(space).ok_or_else(|| {
-                    HostError::Invalid(format!(
-                        "there is no {space} space to copy to (no {space} folder was given)"
-                    ))
+                space => spaces.root(space).ok_or(HostError::NoSpace {
+                    space,
+                    purpose: "to copy to (no folder for it was given)",
                 })?,
             };
             let target = root
@@ -270,12 +269,12 @@ impl Rye {
                 Some(destination),
             ) {
                 Ok(existing) if existing.location.path != target => {
-                    return Err(HostError::Invalid(format!(
-                        "{}: copying would give the {destination} space a second file for {} {:?}; remove it first",
-                        existing.location.path.display(),
-                        request.kind,
-                        request.id
-                    )));
+                    return Err(HostError::CopyConflict {
+                        existing: existing.location.path,
+                        space: destination,
+                        kind: request.kind,
+                        id: request.id.clone(),
+                    });
                 }
                 Ok(_) | Err(SpaceError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),

@@ -246,8 +246,9 @@ impl Rye {
         let root = spaces
             .root(Space::Project)
             .or_else(|| spaces.root(Space::User))
-            .ok_or_else(|| {
-                HostError::Invalid("no project or user space to keep the lockfile in".into())
+            .ok_or(HostError::NoSpace {
+                space: Space::User,
+                purpose: "(nor a project space) to keep the lockfile in",
             })?;
         let path = root
             .ai_dir

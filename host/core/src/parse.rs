@@ -84,9 +84,8 @@ impl Rye {
             None => rye_system::materialize(&config.cache_dir)
                 .map_err(|e| HostError::io(&config.cache_dir, e))?,
         };
-        let components = ComponentHost::new(config.components).map_err(|e| {
-            HostError::Invalid(format!("cannot start the WebAssembly engine: {e:#}"))
-        })?;
+        let components = ComponentHost::new(config.components)
+            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
         Ok(Self {
             components,
             system_base,

@@ -40,15 +40,14 @@ impl SourceFilter {
             "user" => Self::User,
             "system" => Self::System,
             "registry" => {
-                return Err(HostError::Invalid(
-                    "source \"registry\" is not available: this host has no registry provider"
-                        .into(),
-                ));
+                return Err(HostError::SourceUnavailable("registry".into()));
             }
             other => {
-                return Err(HostError::Invalid(format!(
-                    "unknown source {other:?}: expected all, local, project, user or system"
-                )));
+                return Err(HostError::Unknown {
+                    what: "source",
+                    value: other.to_owned(),
+                    expected: "all, local, project, user or system",
+                });
             }
         })
     }
@@ -144,11 +143,9 @@ pub struct SearchResponse {
 
 /// Parses a scope into kinds and an optional id namespace.
 fn parse_scope(scope: &str) -> Result<(Vec<ItemKind>, Option<String>), HostError> {
-    let invalid = |why: &str| {
-        HostError::Invalid(format!(
-            "scope {scope:?} {why}; use directive, tool, knowledge or all, optionally with a namespace \
-             such as tool.rye.core.*"
-        ))
+    let invalid = |why: &'static str| HostError::Scope {
+        scope: scope.to_owned(),
+        why,
     };
     let scope = scope.trim();
     let rest = ["rye.search.", "rye.fetch.", "rye.*."]
@@ -193,7 +190,7 @@ impl Rye {
     /// id, so equal queries give equal answers.
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, HostError> {
         let (kinds, namespace) = parse_scope(&request.scope)?;
-        let query = Query::parse(&request.query).map_err(|e| HostError::Invalid(e.to_string()))?;
+        let query = Query::parse(&request.query)?;
         let spaces = self.spaces(request.project.as_deref());
         let extractors = self.extractors(&spaces)?;
 

@@ -34,11 +34,14 @@ impl std::str::FromStr for Signable {
             "parser" | "parsers" => Ok(Signable::Component("parsers")),
             "adapter" | "adapters" => Ok(Signable::Component("adapters")),
             "validator" | "validators" => Ok(Signable::Component("validators")),
-            other => other.parse().map(Signable::Item).map_err(|_| {
-                HostError::Invalid(format!(
-                    "cannot sign {other:?}: expected directive, tool, knowledge, parser, adapter or validator"
-                ))
-            }),
+            other => other
+                .parse()
+                .map(Signable::Item)
+                .map_err(|_| HostError::Unknown {
+                    what: "kind to sign",
+                    value: other.to_owned(),
+                    expected: "directive, tool, knowledge, parser, adapter or validator",
+                }),
         }
     }
 }
@@ -88,11 +91,7 @@ impl FileCheck {
 impl Rye {
     /// The signing keypair (`rye keys generate` makes it).
     pub fn signing_key(&self) -> Result<Keypair, HostError> {
-        let dir = self.key_dir.as_deref().ok_or_else(|| {
-            HostError::Invalid(
-                "no signing key folder: set RYE_SIGNING_KEY_DIR or a user space".into(),
-            )
-        })?;
+        let dir = self.key_dir.as_deref().ok_or(HostError::NoSigningKeyDir)?;
         Keypair::load(dir).map_err(|error| HostError::Integrity {
             path: dir.to_owned(),
             error,
@@ -118,10 +117,14 @@ impl Rye {
             Space::System => None,
             space => spaces.root(space),
         }
-        .ok_or_else(|| {
-            HostError::Invalid(format!(
-                "cannot write a trusted key into the {space} space here"
-            ))
+        .ok_or(match space {
+            Space::System => HostError::SystemReadOnly {
+                hint: "trust keys in the project or user space",
+            },
+            space => HostError::NoSpace {
+                space,
+                purpose: "to write a trusted key in",
+            },
         })?;
         let signer = self.signing_key()?;
         let text = rye_integrity::trusted_key_toml(key, owner, &signer, SystemTime::now())
@@ -145,16 +148,17 @@ impl Rye {
         space: Space,
     ) -> Result<PathBuf, HostError> {
         if fingerprint.len() != 16 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(HostError::Invalid(format!(
-                "{fingerprint:?} is not a key fingerprint (16 hex digits)"
-            )));
+            return Err(HostError::Fingerprint(fingerprint.to_owned()));
         }
         let spaces = self.spaces(project);
         let root = match space {
             Space::System => None,
             space => spaces.root(space),
         }
-        .ok_or_else(|| HostError::Invalid(format!("there is no {space} space here")))?;
+        .ok_or(HostError::NoSpace {
+            space,
+            purpose: "to remove a trusted key from",
+        })?;
         let path = root
             .ai_dir
             .join(rye_integrity::TRUSTED_DIR)
@@ -175,14 +179,14 @@ impl Rye {
         space: Space,
     ) -> Result<SignedFile, HostError> {
         if space == Space::System {
-            return Err(HostError::Invalid(
-                "the system space is signed when Rye is built; sign items in the project or user space"
-                    .into(),
-            ));
+            return Err(HostError::SystemReadOnly {
+                hint: "it is signed when Rye is built; sign items in the project or user space",
+            });
         }
         let spaces = self.spaces(project);
-        let root = spaces.root(space).ok_or_else(|| {
-            HostError::Invalid(format!("there is no {space} space here to sign in"))
+        let root = spaces.root(space).ok_or(HostError::NoSpace {
+            space,
+            purpose: "to sign in",
         })?;
         let key = self.signing_key()?;
         match what {
@@ -190,10 +194,7 @@ impl Rye {
                 rye_space::validate_plugin_name(id)?;
                 let path = root.ai_dir.join(folder).join(format!("{id}.wasm"));
                 if !path.is_file() {
-                    return Err(HostError::Invalid(format!(
-                        "{}: no such component to sign",
-                        path.display()
-                    )));
+                    return Err(HostError::NoComponent { path });
                 }
                 self.sign_component(&spaces, &path, folder, &key)
             }
@@ -242,11 +243,11 @@ impl Rye {
         let mut parsers = ParserLookup::default();
         let parsed = self.parse_file(spaces, extractors, &mut parsers, (kind, id, space, path))?;
         if let Err(failure) = parsed.outcome.as_ref() {
-            return Err(HostError::Invalid(format!(
-                "{}: not signed, its parser {} finds it invalid: {failure}",
-                path.display(),
-                parsed.parser
-            )));
+            return Err(HostError::ParserRefused {
+                path: path.to_owned(),
+                parser: parsed.parser.clone(),
+                failure: failure.to_string(),
+            });
         }
         let trust = self.trust_store(spaces);
         let findings = self.enforce_validators(
@@ -353,14 +354,17 @@ impl Rye {
         space: Space,
     ) -> Result<Vec<SignOutcome>, HostError> {
         if space == Space::System {
-            return Err(HostError::Invalid(
-                "the system space is signed when Rye is built".into(),
-            ));
+            return Err(HostError::SystemReadOnly {
+                hint: "it is signed when Rye is built",
+            });
         }
         let spaces = self.spaces(project);
         let root = spaces
             .root(space)
-            .ok_or_else(|| HostError::Invalid(format!("there is no {space} space here")))?
+            .ok_or(HostError::NoSpace {
+                space,
+                purpose: "to sign in",
+            })?
             .clone();
         let key = self.signing_key()?;
         let extractors = self.extractors(&spaces)?;

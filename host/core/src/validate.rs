@@ -68,10 +68,9 @@ impl Rye {
     ) -> Result<Report, HostError> {
         let ai = root.join(".ai");
         if !ai.is_dir() {
-            return Err(HostError::Invalid(format!(
-                "{}: no .ai/ folder to validate",
-                root.display()
-            )));
+            return Err(HostError::NoAiFolder {
+                root: root.to_owned(),
+            });
         }
         let spaces = self.spaces(Some(root));
         let extractors = self.extractors(&spaces)?;

@@ -189,7 +189,10 @@ fn load_copies_between_spaces_and_refuses_to_overwrite() {
         destination: Some(Space::System),
         ..request
     };
-    assert!(matches!(rye.load(&to_system), Err(HostError::Invalid(m)) if m.contains("read-only")));
+    assert!(matches!(
+        rye.load(&to_system),
+        Err(HostError::SystemReadOnly { .. })
+    ));
 }
 
 #[test]
