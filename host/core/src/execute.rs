@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use crate::chain::Chain;
 use crate::lockfile::LockState;
 use crate::services::HostServices;
+use crate::trace::{Event, LockfileStatus, Step};
 use crate::{HostError, LoadRequest, Rye, Signed};
 
 /// The adapter used when no element of a chain names one.
@@ -86,16 +87,6 @@ fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Val
     result
 }
 
-fn verify_event(what: &str, path: &Path, signed: &Signed) -> Value {
-    let mut event = json!({"step": "verify_integrity", "item": what, "path": path});
-    if let (Value::Object(event), Ok(Value::Object(status))) =
-        (&mut event, serde_json::to_value(signed))
-    {
-        event.extend(status);
-    }
-    event
-}
-
 impl Rye {
     /// Executes an item and returns the result document (see the module
     /// docs). Failures of the item are results with `"status": "error"`;
@@ -127,235 +118,10 @@ impl Rye {
     }
 
     async fn execute_tool(self: &Arc<Self>, request: &ExecuteRequest, started: Instant) -> Value {
-        let mut trace = Vec::new();
-        let spaces = self.spaces(request.project.as_deref());
-        let trust = self.trust_store(&spaces);
-        let built = self
-            .extractors(&spaces)
-            .and_then(|extractors| self.build_chain(&spaces, &extractors, &trust, &request.id));
-        let chain = match built {
-            Ok(chain) => chain,
-            Err(e) => return failure(ItemKind::Tool, &request.id, &e, started),
-        };
-        let chain_us = started.elapsed().as_micros() as u64;
-        for element in &chain.elements {
-            trace.push(json!({"step": "resolve", "item_id": element.item_id, "path": element.path, "space": element.space, "shadowed": element.shadowed}));
+        let mut run = ToolRun::new(self, request, started);
+        match run.stages().await {
+            Ok(result) | Err(result) => result,
         }
-        if request.trace {
-            for element in &chain.elements {
-                trace.push(verify_event(
-                    &element.item_id,
-                    &element.path,
-                    &element.signed,
-                ));
-            }
-        }
-        let summaries = chain.summaries();
-        let mut warnings = chain.warnings.clone();
-        let fail = |e: &HostError, trace: &[Value], warnings: &[String]| {
-            let mut result = failure(ItemKind::Tool, &request.id, e, started);
-            result["chain"] = json!(summaries);
-            if !warnings.is_empty() {
-                result["warnings"] = json!(warnings);
-            }
-            if request.trace {
-                result["trace"] = json!(trace);
-            }
-            result
-        };
-        let lock = match self.check_lock(&spaces, &chain) {
-            Ok(lock) => lock,
-            Err(e) => return fail(&e, &trace, &warnings),
-        };
-        if let LockState::Used(path) = &lock {
-            trace.push(
-                json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "used"}),
-            );
-        }
-        let validate_started = Instant::now();
-        let tool = chain.tool();
-        // Inline, like the chain build's parser calls: a warm run is a
-        // cache lookup, and handing the worker off would cost more.
-        let validated = self.enforce_validators(
-            &spaces,
-            &trust,
-            crate::validators::ItemRef {
-                kind: ItemKind::Tool,
-                id: &tool.item_id,
-                space: tool.space,
-                path: &tool.path,
-                content_hash: tool.content_hash,
-            },
-            Some(&chain),
-        );
-        match validated {
-            Ok(findings) => {
-                if let Some(refused) = crate::validators::refusal(&findings) {
-                    return fail(&refused, &trace, &warnings);
-                }
-                if request.trace {
-                    trace.push(json!({"step": "validate", "item_id": request.id, "findings": findings.len()}));
-                }
-            }
-            Err(e) => return fail(&e, &trace, &warnings),
-        }
-        let validate_us = validate_started.elapsed().as_micros() as u64;
-        if request.dry_run {
-            let mut result = json!({
-                "status": "validation_passed",
-                "message": "Tool chain validation passed (dry run)",
-                "type": "tool",
-                "item_id": request.id,
-                "chain": summaries,
-                "validated_pairs": chain.elements.len() - 1,
-                "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
-            });
-            if !warnings.is_empty() {
-                result["warnings"] = json!(warnings);
-            }
-            if request.trace {
-                result["trace"] = Value::Array(trace);
-            }
-            return result;
-        }
-
-        let plan_started = Instant::now();
-        let planned = {
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let planned = blocking(|| {
-                self.plan_chain(
-                    &spaces,
-                    &trust,
-                    &chain,
-                    request.project.as_deref(),
-                    request.parameters.clone(),
-                    log.clone(),
-                )
-            });
-            trace.extend(log.lock().expect("trace log lock").drain(..));
-            planned
-        };
-        let plan_us = plan_started.elapsed().as_micros() as u64;
-        let (adapter, adapter_signed, plan) = match planned {
-            Ok(planned) => planned,
-            Err(e) => return fail(&e, &trace, &warnings),
-        };
-        if request.trace {
-            trace.push(verify_event("adapter", &adapter, &adapter_signed));
-        }
-        warnings.extend(adapter_signed.warning(&format!("adapter {}", adapter.display())));
-        trace.push(json!({"step": "adapter", "path": adapter}));
-        for (step, detail) in &plan.notes {
-            let mut event = json!({"step": step});
-            if let (Value::Object(event), Value::Object(detail)) = (&mut event, detail) {
-                event.extend(detail.clone());
-            }
-            trace.push(event);
-        }
-        trace.push(json!({
-            "step": "plan",
-            "command": plan.command,
-            "args": plan.args,
-            "cwd": plan.cwd,
-            "env_keys": plan.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            "stdin_bytes": plan.stdin.as_ref().map_or(0, Vec::len),
-            "timeout_ms": plan.timeout_ms,
-        }));
-
-        let anchor = plan
-            .notes
-            .iter()
-            .find(|(step, detail)| step == "anchor" && detail["active"] == true)
-            .and_then(|(_, detail)| detail["anchor_path"].as_str())
-            .map(PathBuf::from);
-        match self.verify_deps(&trust, &chain, anchor.as_deref()) {
-            Ok(deps) => {
-                if let Some(anchor) = &anchor {
-                    trace.push(
-                        json!({"step": "verify_deps", "anchor_path": anchor, "files": deps.len()}),
-                    );
-                }
-                for (path, signed) in &deps {
-                    warnings.extend(signed.warning(&format!("dependency {}", path.display())));
-                }
-            }
-            Err(e) => return fail(&e, &trace, &warnings),
-        }
-
-        let process = Plan {
-            command: plan.command.clone(),
-            args: plan.args.clone(),
-            env: plan.env.clone(),
-            cwd: plan.cwd.as_ref().map(PathBuf::from),
-            stdin: plan.stdin.clone(),
-            timeout: plan.timeout_ms.map(std::time::Duration::from_millis),
-        };
-        let outcome = match rye_process::run(&process, &Capture::default()).await {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                let mut result = error_result(ItemKind::Tool, &request.id, e, started);
-                result["chain"] = json!(summaries);
-                if !warnings.is_empty() {
-                    result["warnings"] = json!(warnings);
-                }
-                if request.trace {
-                    result["trace"] = Value::Array(trace);
-                }
-                return result;
-            }
-        };
-        trace.push(json!({
-            "step": "primitive",
-            "containment": rye_process::containment().as_str(),
-            "return_code": outcome.code,
-            "signal": outcome.signal,
-            "timed_out": outcome.timed_out,
-            "duration_ms": outcome.duration.as_millis() as u64,
-            "stdout_bytes": outcome.stdout.len() as u64 + outcome.stdout_dropped,
-            "stderr_bytes": outcome.stderr.len() as u64 + outcome.stderr_dropped,
-        }));
-
-        let (data, error) = tool_output(&outcome, plan.timeout_ms);
-        let mut lockfile_created = None;
-        if error.is_none() && lock == LockState::Absent {
-            match self.write_lock(&spaces, &chain) {
-                Ok(path) => {
-                    trace.push(json!({"step": "lockfile", "item_id": request.id, "path": path, "status": "created"}));
-                    lockfile_created = Some(path);
-                }
-                Err(e) => warnings.push(format!("the lockfile could not be written: {e}")),
-            }
-        }
-        let mut result = json!({
-            "status": if error.is_none() { "success" } else { "error" },
-            "type": "tool",
-            "item_id": request.id,
-            "data": data,
-            "chain": summaries,
-            "metadata": {
-                "duration_ms": started.elapsed().as_millis() as u64,
-                "chain_us": chain_us,
-                "validate_us": validate_us,
-                "plan_us": plan_us,
-                "process_us": outcome.duration.as_micros() as u64,
-                "return_code": outcome.code,
-                "lockfile_used": matches!(lock, LockState::Used(_)),
-                "lockfile_created": lockfile_created.is_some(),
-            },
-        });
-        if !warnings.is_empty() {
-            result["warnings"] = json!(warnings);
-        }
-        if let Some(error) = error {
-            result["error"] = json!(error);
-        }
-        if outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0 {
-            result["metadata"]["truncated"] = json!({"stdout_bytes": outcome.stdout_dropped, "stderr_bytes": outcome.stderr_dropped});
-        }
-        if request.trace {
-            result["trace"] = Value::Array(trace);
-        }
-        result
     }
 
     /// The process a tool's execution would run, without running it: the
@@ -367,7 +133,7 @@ impl Rye {
         project: Option<&Path>,
         tool_id: &str,
         parameters: Value,
-    ) -> Result<(Chain, PlannedProcess, Vec<Value>), HostError> {
+    ) -> Result<(Chain, PlannedProcess, Vec<Event>), HostError> {
         let spaces = self.spaces(project);
         let extractors = self.extractors(&spaces)?;
         let trust = self.trust_store(&spaces);
@@ -387,7 +153,7 @@ impl Rye {
         chain: &Chain,
         project: Option<&Path>,
         parameters: Value,
-        log: Arc<Mutex<Vec<Value>>>,
+        log: Arc<Mutex<Vec<Event>>>,
     ) -> Result<(PathBuf, Signed, PlannedProcess), HostError> {
         let named = chain.elements.iter().find_map(|e| {
             e.metadata
@@ -433,9 +199,12 @@ impl Rye {
         };
         let exposed = policy.expose(std::env::vars());
         if !exposed.withheld.is_empty() {
-            log.lock()
-                .expect("trace log lock")
-                .push(json!({"step": "environment", "withheld": exposed.withheld}));
+            log.lock().expect("trace log lock").push(
+                Step::Environment {
+                    withheld: exposed.withheld,
+                }
+                .into(),
+            );
         }
         let services = HostServices {
             env: exposed.visible,
@@ -757,5 +526,334 @@ fn fill_values(value: &mut Value, inputs: &Map<String, Value>) {
         Value::Array(items) => items.iter_mut().for_each(|v| fill_values(v, inputs)),
         Value::Object(map) => map.values_mut().for_each(|v| fill_values(v, inputs)),
         _ => {}
+    }
+}
+
+/// A result that ends the execution early: the error result, complete.
+type Stage<T> = Result<T, Value>;
+
+/// One tool execution on its way through its stages — resolve → lock →
+/// validate → plan → verify dependencies → run → record — each of which
+/// moves it on or ends it with the error result.
+struct ToolRun<'a> {
+    rye: &'a Arc<Rye>,
+    request: &'a ExecuteRequest,
+    started: Instant,
+    spaces: Spaces,
+    trust: Arc<TrustStore>,
+    trace: Vec<Event>,
+    warnings: Vec<String>,
+    /// The chain as results show it, once it is built.
+    summaries: Option<Value>,
+    timings: Timings,
+}
+
+#[derive(Default)]
+struct Timings {
+    chain_us: u64,
+    validate_us: u64,
+    plan_us: u64,
+}
+
+impl<'a> ToolRun<'a> {
+    fn new(rye: &'a Arc<Rye>, request: &'a ExecuteRequest, started: Instant) -> Self {
+        let spaces = rye.spaces(request.project.as_deref());
+        let trust = rye.trust_store(&spaces);
+        Self {
+            rye,
+            request,
+            started,
+            spaces,
+            trust,
+            trace: Vec::new(),
+            warnings: Vec::new(),
+            summaries: None,
+            timings: Timings::default(),
+        }
+    }
+
+    async fn stages(&mut self) -> Stage<Value> {
+        let chain = self.resolve()?;
+        let lock = self.lock(&chain)?;
+        self.validate(&chain)?;
+        if self.request.dry_run {
+            return Ok(self.dry_run_result(&chain));
+        }
+        let plan = self.plan(&chain)?;
+        self.verify_deps(&chain, &plan)?;
+        let outcome = self.run(&plan).await?;
+        Ok(self.record(&chain, &lock, &plan, outcome))
+    }
+
+    fn step(&mut self, step: Step) {
+        self.trace.push(step.into());
+    }
+
+    /// The error result for `error`, with what the execution knows so far.
+    fn fail(&mut self, error: impl std::fmt::Display, error_type: Option<&str>) -> Value {
+        let mut result = error_result(ItemKind::Tool, &self.request.id, error, self.started);
+        if let Some(error_type) = error_type {
+            result["error_type"] = json!(error_type);
+        }
+        let Some(summaries) = &self.summaries else {
+            return result;
+        };
+        result["chain"] = summaries.clone();
+        self.finish(&mut result);
+        result
+    }
+
+    fn host_failure(&mut self, error: &HostError) -> Value {
+        self.fail(error, Some(error.error_type()))
+    }
+
+    /// Adds the warnings and, when asked for, the trace.
+    fn finish(&mut self, result: &mut Value) {
+        if !self.warnings.is_empty() {
+            result["warnings"] = json!(self.warnings);
+        }
+        if self.request.trace {
+            result["trace"] = json!(std::mem::take(&mut self.trace));
+        }
+    }
+
+    /// The chain, from the tool to the primitive, each element verified.
+    fn resolve(&mut self) -> Stage<Chain> {
+        let rye = self.rye;
+        let built = rye.extractors(&self.spaces).and_then(|extractors| {
+            rye.build_chain(&self.spaces, &extractors, &self.trust, &self.request.id)
+        });
+        let chain = built.map_err(|e| self.host_failure(&e))?;
+        self.timings.chain_us = self.started.elapsed().as_micros() as u64;
+        for element in &chain.elements {
+            self.step(Step::Resolve {
+                item_id: element.item_id.clone(),
+                path: element.path.clone(),
+                space: element.space,
+                shadowed: element.shadowed.clone(),
+            });
+        }
+        if self.request.trace {
+            for element in &chain.elements {
+                self.step(Step::VerifyIntegrity {
+                    item: element.item_id.clone(),
+                    path: element.path.clone(),
+                    signed: element.signed.clone(),
+                });
+            }
+        }
+        self.summaries = Some(json!(chain.summaries()));
+        self.warnings = chain.warnings.clone();
+        Ok(chain)
+    }
+
+    /// The project's lockfile for the tool, if one pins this chain.
+    fn lock(&mut self, chain: &Chain) -> Stage<LockState> {
+        let lock = self
+            .rye
+            .check_lock(&self.spaces, chain)
+            .map_err(|e| self.host_failure(&e))?;
+        if let LockState::Used(path) = &lock {
+            self.step(Step::Lockfile {
+                item_id: self.request.id.clone(),
+                path: path.clone(),
+                status: LockfileStatus::Used,
+            });
+        }
+        Ok(lock)
+    }
+
+    /// The validators' verdict on the tool and its chain. Inline, like the
+    /// chain build's parser calls: a warm run is a cache lookup, and
+    /// handing the worker off would cost more.
+    fn validate(&mut self, chain: &Chain) -> Stage<()> {
+        let started = Instant::now();
+        let tool = chain.tool();
+        let validated = self.rye.enforce_validators(
+            &self.spaces,
+            &self.trust,
+            crate::validators::ItemRef {
+                kind: ItemKind::Tool,
+                id: &tool.item_id,
+                space: tool.space,
+                path: &tool.path,
+                content_hash: tool.content_hash,
+            },
+            Some(chain),
+        );
+        let findings = validated.map_err(|e| self.host_failure(&e))?;
+        if let Some(refused) = crate::validators::refusal(&findings) {
+            return Err(self.host_failure(&refused));
+        }
+        if self.request.trace {
+            self.step(Step::Validate {
+                item_id: self.request.id.clone(),
+                findings: findings.len(),
+            });
+        }
+        self.timings.validate_us = started.elapsed().as_micros() as u64;
+        Ok(())
+    }
+
+    fn dry_run_result(&mut self, chain: &Chain) -> Value {
+        let mut result = json!({
+            "status": "validation_passed",
+            "message": "Tool chain validation passed (dry run)",
+            "type": "tool",
+            "item_id": self.request.id,
+            "chain": self.summaries,
+            "validated_pairs": chain.elements.len() - 1,
+            "metadata": {"duration_ms": self.started.elapsed().as_millis() as u64},
+        });
+        self.finish(&mut result);
+        result
+    }
+
+    /// The process, as the chain's runtime adapter plans it.
+    fn plan(&mut self, chain: &Chain) -> Stage<PlannedProcess> {
+        let started = Instant::now();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let planned = blocking(|| {
+            self.rye.plan_chain(
+                &self.spaces,
+                &self.trust,
+                chain,
+                self.request.project.as_deref(),
+                self.request.parameters.clone(),
+                log.clone(),
+            )
+        });
+        self.trace
+            .extend(log.lock().expect("trace log lock").drain(..));
+        self.timings.plan_us = started.elapsed().as_micros() as u64;
+        let (adapter, adapter_signed, plan) = planned.map_err(|e| self.host_failure(&e))?;
+        if self.request.trace {
+            self.step(Step::VerifyIntegrity {
+                item: "adapter".into(),
+                path: adapter.clone(),
+                signed: adapter_signed.clone(),
+            });
+        }
+        self.warnings
+            .extend(adapter_signed.warning(&format!("adapter {}", adapter.display())));
+        self.step(Step::Adapter { path: adapter });
+        for (step, detail) in &plan.notes {
+            let mut event = json!({"step": step});
+            if let (Value::Object(event), Value::Object(detail)) = (&mut event, detail) {
+                event.extend(detail.clone());
+            }
+            self.trace.push(Event::Adapter(event));
+        }
+        self.step(Step::Plan {
+            command: plan.command.clone(),
+            args: plan.args.clone(),
+            cwd: plan.cwd.clone(),
+            env_keys: plan.env.iter().map(|(k, _)| k.clone()).collect(),
+            stdin_bytes: plan.stdin.as_ref().map_or(0, Vec::len),
+            timeout_ms: plan.timeout_ms,
+        });
+        Ok(plan)
+    }
+
+    /// The files under the anchor the plan activated, verified.
+    fn verify_deps(&mut self, chain: &Chain, plan: &PlannedProcess) -> Stage<()> {
+        let anchor = plan
+            .notes
+            .iter()
+            .find(|(step, detail)| step == "anchor" && detail["active"] == true)
+            .and_then(|(_, detail)| detail["anchor_path"].as_str())
+            .map(PathBuf::from);
+        let deps = self
+            .rye
+            .verify_deps(&self.trust, chain, anchor.as_deref())
+            .map_err(|e| self.host_failure(&e))?;
+        if let Some(anchor) = anchor {
+            self.step(Step::VerifyDeps {
+                anchor_path: anchor,
+                files: deps.len(),
+            });
+        }
+        for (path, signed) in &deps {
+            self.warnings
+                .extend(signed.warning(&format!("dependency {}", path.display())));
+        }
+        Ok(())
+    }
+
+    /// The planned process, run by the primitive.
+    async fn run(&mut self, plan: &PlannedProcess) -> Stage<Outcome> {
+        let process = Plan {
+            command: plan.command.clone(),
+            args: plan.args.clone(),
+            env: plan.env.clone(),
+            cwd: plan.cwd.as_ref().map(PathBuf::from),
+            stdin: plan.stdin.clone(),
+            timeout: plan.timeout_ms.map(std::time::Duration::from_millis),
+        };
+        let outcome = rye_process::run(&process, &Capture::default())
+            .await
+            .map_err(|e| self.fail(e, None))?;
+        self.step(Step::Primitive {
+            containment: rye_process::containment().as_str(),
+            return_code: outcome.code,
+            signal: outcome.signal,
+            timed_out: outcome.timed_out,
+            duration_ms: outcome.duration.as_millis() as u64,
+            stdout_bytes: outcome.stdout.len() as u64 + outcome.stdout_dropped,
+            stderr_bytes: outcome.stderr.len() as u64 + outcome.stderr_dropped,
+        });
+        Ok(outcome)
+    }
+
+    /// The result, and the lockfile of a first successful run.
+    fn record(
+        &mut self,
+        chain: &Chain,
+        lock: &LockState,
+        plan: &PlannedProcess,
+        outcome: Outcome,
+    ) -> Value {
+        let (data, error) = tool_output(&outcome, plan.timeout_ms);
+        let mut lockfile_created = false;
+        if error.is_none() && *lock == LockState::Absent {
+            match self.rye.write_lock(&self.spaces, chain) {
+                Ok(path) => {
+                    self.step(Step::Lockfile {
+                        item_id: self.request.id.clone(),
+                        path,
+                        status: LockfileStatus::Created,
+                    });
+                    lockfile_created = true;
+                }
+                Err(e) => self
+                    .warnings
+                    .push(format!("the lockfile could not be written: {e}")),
+            }
+        }
+        let mut result = json!({
+            "status": if error.is_none() { "success" } else { "error" },
+            "type": "tool",
+            "item_id": self.request.id,
+            "data": data,
+            "chain": self.summaries,
+            "metadata": {
+                "duration_ms": self.started.elapsed().as_millis() as u64,
+                "chain_us": self.timings.chain_us,
+                "validate_us": self.timings.validate_us,
+                "plan_us": self.timings.plan_us,
+                "process_us": outcome.duration.as_micros() as u64,
+                "return_code": outcome.code,
+                "lockfile_used": matches!(lock, LockState::Used(_)),
+                "lockfile_created": lockfile_created,
+            },
+        });
+        if let Some(error) = error {
+            result["error"] = json!(error);
+        }
+        if outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0 {
+            result["metadata"]["truncated"] = json!({"stdout_bytes": outcome.stdout_dropped, "stderr_bytes": outcome.stderr_dropped});
+        }
+        self.finish(&mut result);
+        result
     }
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 use rye_components::{AdapterServices, PluginSpace};
 use serde_json::{Value, json};
 
+use crate::trace::{CommandResult, Event, Step};
+
 /// How long an interpreter's resolve command may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -22,15 +24,15 @@ pub(crate) struct HostServices {
     /// `.ai/config` of each space.
     pub config_dirs: HashMap<PluginSpace, PathBuf>,
     /// Every answer, for the trace.
-    pub log: Arc<Mutex<Vec<Value>>>,
+    pub log: Arc<Mutex<Vec<Event>>>,
     /// Config files may be unsigned, but one that carries a signature must
     /// verify against this store (`None`: verification is off).
     pub trust: Option<Arc<rye_integrity::TrustStore>>,
 }
 
 impl HostServices {
-    fn record(&self, event: Value) {
-        self.log.lock().expect("trace log lock").push(event);
+    fn record(&self, step: Step) {
+        self.log.lock().expect("trace log lock").push(step.into());
     }
 }
 
@@ -49,7 +51,10 @@ impl AdapterServices for HostServices {
     fn which(&mut self, binary: &str) -> Option<String> {
         let path = self.get_env("PATH").unwrap_or_default();
         let found = which(binary, &path);
-        self.record(json!({"step": "which", "binary": binary, "found": found}));
+        self.record(Step::Which {
+            binary: binary.to_owned(),
+            found: found.clone(),
+        });
         found
     }
 
@@ -60,10 +65,14 @@ impl AdapterServices for HostServices {
             ));
         };
         let result = run_resolve(&argv, &self.env);
-        self.record(json!({"step": "resolve_command", "item_id": item_id, "argv": argv, "result": match &result {
-            Ok(line) => json!({"ok": line}),
-            Err(e) => json!({"error": e}),
-        }}));
+        self.record(Step::ResolveCommand {
+            item_id: item_id.to_owned(),
+            argv,
+            result: match &result {
+                Ok(line) => CommandResult::Ok(line.clone()),
+                Err(e) => CommandResult::Error(e.clone()),
+            },
+        });
         result
     }
 
@@ -82,7 +91,12 @@ impl AdapterServices for HostServices {
             (Some(text), Some(trust)) => config_signature(&file, text, trust)?,
             _ => Value::Null,
         };
-        self.record(json!({"step": "read_config", "space": space, "path": file, "found": text.is_some(), "signature": signature}));
+        self.record(Step::ReadConfig {
+            space,
+            path: file,
+            found: text.is_some(),
+            signature,
+        });
         Ok(text)
     }
 }

@@ -1,0 +1,116 @@
+//! The events of an execution, typed. Each serializes as the object
+//! `--trace` shows: `{"step": <name>, ...}`.
+
+use std::path::PathBuf;
+
+use rye_components::PluginSpace;
+use rye_space::{Location, Space};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::Signed;
+
+/// One event of an execution's trace.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Event {
+    /// A step the host took.
+    Host(Step),
+    /// A note of the runtime adapter's plan, as the adapter gave it (its
+    /// own `step` name included).
+    Adapter(Value),
+}
+
+impl From<Step> for Event {
+    fn from(step: Step) -> Self {
+        Event::Host(step)
+    }
+}
+
+/// A step the host took, in the order an execution takes them: resolve →
+/// lockfile → validate → plan (with the adapter's questions) → verify
+/// dependencies → run → record.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// A chain element found, and the files it shadows.
+    Resolve {
+        item_id: String,
+        path: PathBuf,
+        space: Space,
+        shadowed: Vec<Location>,
+    },
+    /// How a file the execution uses stands.
+    VerifyIntegrity {
+        item: String,
+        path: PathBuf,
+        #[serde(flatten)]
+        signed: Signed,
+    },
+    /// A lockfile pinned the chain, or was written for it.
+    Lockfile {
+        item_id: String,
+        path: PathBuf,
+        status: LockfileStatus,
+    },
+    /// Validators ran over the tool and its chain.
+    Validate { item_id: String, findings: usize },
+    /// Variables of the host environment not shown to the adapter.
+    Environment { withheld: Vec<String> },
+    /// The adapter looked a binary up on `PATH`.
+    Which {
+        binary: String,
+        found: Option<String>,
+    },
+    /// The adapter ran an element's declared resolve command.
+    ResolveCommand {
+        item_id: String,
+        argv: Vec<String>,
+        result: CommandResult,
+    },
+    /// The adapter read a config file.
+    ReadConfig {
+        space: PluginSpace,
+        path: PathBuf,
+        found: bool,
+        signature: Value,
+    },
+    /// The runtime adapter that planned the process.
+    Adapter { path: PathBuf },
+    /// The process planned.
+    Plan {
+        command: String,
+        args: Vec<String>,
+        cwd: Option<String>,
+        env_keys: Vec<String>,
+        stdin_bytes: usize,
+        timeout_ms: Option<u64>,
+    },
+    /// The files under the tool's anchor, verified.
+    VerifyDeps { anchor_path: PathBuf, files: usize },
+    /// The process ran.
+    Primitive {
+        containment: &'static str,
+        return_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockfileStatus {
+    Used,
+    Created,
+}
+
+/// What a resolve command gave: its first line, or why not.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandResult {
+    Ok(String),
+    Error(String),
+}
