@@ -28,7 +28,7 @@ use crate::chain::Chain;
 use crate::lockfile::LockState;
 use crate::services::HostServices;
 use crate::trace::{Event, LockfileStatus, Step};
-use crate::{HostError, LoadRequest, Rye, Signed};
+use crate::{ErrorReply, HostError, LoadRequest, Rye, Signed};
 
 /// The adapter used when no element of a chain names one.
 pub const STANDARD_ADAPTER: &str = "rye/standard";
@@ -66,25 +66,18 @@ fn error_result(
     error: impl std::fmt::Display,
     started: Instant,
 ) -> Value {
-    json!({
-        "status": "error",
-        "type": kind,
-        // An id that failed validation may be any size; it is echoed cut.
-        "item_id": rye_space::shorten(id, 1024),
-        "error": rye_space::shorten(&error.to_string(), MAX_ERROR_TEXT),
-        "metadata": {"duration_ms": started.elapsed().as_millis() as u64},
-    })
+    ErrorReply::new(error)
+        .of_execution(kind, id)
+        .took(started)
+        .to_value()
 }
-
-/// The longest error message a result carries: a message may quote what a
-/// file or a caller sent.
-const MAX_ERROR_TEXT: usize = 16 << 10;
 
 /// The error result for a host error, with its `error_type`.
 fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Value {
-    let mut result = error_result(kind, id, error, started);
-    result["error_type"] = json!(error.error_type());
-    result
+    ErrorReply::host(error)
+        .of_execution(kind, id)
+        .took(started)
+        .to_value()
 }
 
 impl Rye {

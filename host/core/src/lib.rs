@@ -26,6 +26,7 @@ mod load;
 mod lockfile;
 mod metadata;
 mod parse;
+mod reply;
 mod search;
 mod search_index;
 mod services;
@@ -52,6 +53,7 @@ pub use load::{LOAD_REPLY_TEXT, LoadRequest, Loaded};
 pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::{ParsedItem, Rye};
+pub use reply::{ErrorReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply, SignReply, echo};
 pub use rye_components::{
     CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,
     Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,

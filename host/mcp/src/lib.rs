@@ -37,7 +37,10 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use rye_host::{ExecuteRequest, LoadRequest, Rye, SearchRequest, SourceFilter, Space};
+use rye_host::{
+    ErrorReply, ExecuteRequest, LoadRequest, Rye, SearchRequest, SignAllReply, SignReply,
+    SourceFilter, Space,
+};
 use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
@@ -76,7 +79,7 @@ impl RyeServer {
 
     async fn execute(&self, args: ExecuteArgs, context: &RequestContext<RoleServer>) -> Value {
         if let Some(refusal) = args.unsupported_mode() {
-            return json!({"status": "error", "item_id": echo(&args.item_id), "error": refusal});
+            return ErrorReply::new(refusal).of_id(&args.item_id).to_value();
         }
         let request = ExecuteRequest {
             parameters: args.parameters.clone().unwrap_or_else(|| json!({})),
@@ -95,11 +98,9 @@ impl RyeServer {
                 result = &mut run => return result,
                 () = context.ct.cancelled() => {
                     // Dropping the run kills its process group.
-                    return json!({
-                        "status": "error",
-                        "item_id": echo(&args.item_id),
-                        "error": "cancelled by the client; the tool's processes were killed",
-                    });
+                    return ErrorReply::new("cancelled by the client; the tool's processes were killed")
+                        .of_id(&args.item_id)
+                        .to_value();
                 }
                 _ = ticks.tick(), if token.is_some() => {
                     let token = token.clone().expect("guarded");
@@ -139,7 +140,7 @@ impl RyeServer {
         };
         self.blocking(move |rye| match rye.search(&request) {
             Ok(response) => serde_json::to_value(response).unwrap_or_default(),
-            Err(e) => json!({"status": "error", "error": e.to_string(), "query": request.query}),
+            Err(e) => ErrorReply::host(&e).of_query(&request.query).to_value(),
         })
         .await
     }
@@ -154,13 +155,9 @@ impl RyeServer {
         };
         self.blocking(move |rye| match rye.load(&request) {
             Ok(loaded) => loaded.reply(rye_host::LOAD_REPLY_TEXT),
-            Err(e) => json!({
-                "status": "error",
-                "error": e.to_string(),
-                "error_type": e.error_type(),
-                "item_type": request.kind,
-                "item_id": echo(&request.id),
-            }),
+            Err(e) => ErrorReply::host(&e)
+                .of_item(request.kind, &request.id)
+                .to_value(),
         })
         .await
     }
@@ -174,61 +171,21 @@ impl RyeServer {
         let space = args.source;
         self.blocking(move |rye| {
             if space == Space::System {
-                return json!({"status": "error", "error": "System space items are immutable and cannot be signed. Copy them to the project or user space first."});
+                return ErrorReply::new("System space items are immutable and cannot be signed. Copy them to the project or user space first.").to_value();
             }
             if args.item_id == "*" {
                 return match rye.sign_all(Some(&project), space) {
-                    Ok(outcomes) => {
-                        let signed: Vec<Value> = outcomes.iter().filter_map(|o| o.as_ref().ok()).map(|s| json!(s.path)).collect();
-                        let failed: Vec<Value> = outcomes
-                            .iter()
-                            .filter_map(|o| o.as_ref().err())
-                            .map(|(path, e)| json!({"item": path, "error": e.to_string()}))
-                            .collect();
-                        let status = if failed.is_empty() { "completed" } else { "error" };
-                        json!({
-                            "status": status,
-                            "summary": format!("Signed {}/{} files{}", signed.len(), outcomes.len(),
-                                if failed.is_empty() { String::new() } else { format!(", {} failed", failed.len()) }),
-                            "total": outcomes.len(),
-                            "signed": signed,
-                            "failed": failed,
-                        })
-                    }
-                    Err(e) => json!({"status": "error", "error": e.to_string()}),
+                    Ok(outcomes) => json!(SignAllReply::new(&outcomes)),
+                    Err(e) => ErrorReply::host(&e).to_value(),
                 };
             }
             match rye.sign(Some(&project), what, &args.item_id, space) {
-                Ok(signed) => {
-                    let mut result = json!({
-                        "status": "signed",
-                        "item_id": args.item_id,
-                        "path": signed.path,
-                        "location": space,
-                        "fingerprint": signed.fingerprint,
-                        "trusted": signed.trusted,
-                        "changed": signed.changed,
-                        "removed_lockfiles": signed.removed_lockfiles,
-                    });
-                    if !signed.trusted {
-                        result["warnings"] = json!([format!(
-                            "key {} is not trusted here, so this signature will not verify until it is (rye keys trust)",
-                            signed.fingerprint
-                        )]);
-                    }
-                    result
-                }
-                Err(e) => json!({"status": "error", "error": e.to_string(), "error_type": e.error_type(), "item_id": echo(&args.item_id)}),
+                Ok(signed) => json!(SignReply::new(&args.item_id, space, signed)),
+                Err(e) => ErrorReply::host(&e).of_id(&args.item_id).to_value(),
             }
         })
         .await
     }
-}
-
-/// An id as a result repeats it: a valid id is at most 1,024 bytes; an
-/// invalid one may be any size and is cut.
-fn echo(id: &str) -> std::borrow::Cow<'_, str> {
-    rye_host::shorten(id, 1024)
 }
 
 fn invalid(message: &str) -> McpError {
