@@ -3,7 +3,8 @@ use std::ffi::OsString;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use rye_space::FileStamp;
+use rye_components::{ParseFailure, ParsedDocument};
+use rye_space::{FileStamp, ItemKind};
 use serde_json::{Map, Value};
 
 /// A bounded map that forgets what has not been used lately: entries live
@@ -62,6 +63,20 @@ pub(crate) struct ElementCache {
 /// Validation results kept for `execute` and `sign`, by validator and
 /// subject.
 pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
+
+/// Parse results kept in memory, by parser and content.
+pub(crate) const PARSE_CACHE_ENTRIES: usize = 50_000;
+
+pub(crate) type Outcome = Arc<Result<ParsedDocument, ParseFailure>>;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ParseKey {
+    pub(crate) parser: [u8; 32],
+    pub(crate) content: [u8; 32],
+    pub(crate) kind: ItemKind,
+    pub(crate) id: String,
+    pub(crate) file_name: String,
+}
 
 #[cfg(test)]
 mod tests {

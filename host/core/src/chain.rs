@@ -16,16 +16,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rye_space::{Extractors, FileStamp, ItemKind, Location, Space, Spaces};
+use rye_space::{FileStamp, ItemKind, Location, Space};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use rye_integrity::TrustStore;
 use sha2::{Digest, Sha256};
 
 use crate::cache::ElementEntry;
 use crate::chain_rules::{ChainError, EXECUTE_PRIMITIVE, MAX_DEPTH, PRIMITIVE_ALIASES};
 use crate::parse::ParserLookup;
+use crate::session::Session;
 use crate::{HostError, Rye, Signed, normalize};
 
 /// One element of a chain.
@@ -129,21 +129,14 @@ impl Rye {
         project: Option<&std::path::Path>,
         tool_id: &str,
     ) -> Result<Chain, HostError> {
-        let spaces = self.spaces(project);
-        let extractors = self.extractors(&spaces)?;
-        let trust = self.trust_store(&spaces);
-        self.build_chain(&spaces, &extractors, &trust, tool_id)
+        self.build_chain(&self.session(project), tool_id)
     }
 
-    pub(crate) fn build_chain(
-        &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
-        trust: &Arc<TrustStore>,
-        tool_id: &str,
-    ) -> Result<Chain, HostError> {
+    pub(crate) fn build_chain(&self, session: &Session, tool_id: &str) -> Result<Chain, HostError> {
+        let spaces = &session.spaces;
+        let extractors = session.extractors(self)?;
         let extensions = &extractors.require(ItemKind::Tool)?.extensions;
-        let mut parsers = ParserLookup::with_trust(trust.clone());
+        let mut parsers = ParserLookup::default();
         let mut elements: Vec<ChainElement> = Vec::new();
         let mut current = canonical(tool_id).to_owned();
         let mut within = reachable(Space::Project);
@@ -209,8 +202,7 @@ impl Rye {
                 (Err(e), _) => return Err(e.into()),
             };
 
-            let element =
-                self.element(spaces, extractors, trust, &mut parsers, &resolved, stamp)?;
+            let element = self.element(session, &mut parsers, &resolved, stamp)?;
             let next = match element.metadata.get("executor_id") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(next)) => Some(canonical(next).to_owned()),
@@ -255,16 +247,15 @@ impl Rye {
     /// unchanged.
     fn element(
         &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
-        trust: &TrustStore,
+        session: &Session,
         parsers: &mut ParserLookup,
         resolved: &rye_space::Resolved,
         stamp: FileStamp,
     ) -> Result<ChainElement, HostError> {
         let path = &resolved.location.path;
         let space = resolved.location.space;
-        let (_, parser) = parsers.for_file(self, spaces, extractors, ItemKind::Tool, path)?;
+        let (extractors, trust) = (session.extractors(self)?, session.trust(self));
+        let (_, parser) = parsers.for_file(self, session, ItemKind::Tool, path)?;
         let make = |content_hash, metadata: &Map<String, Value>, signed| ChainElement {
             item_id: resolved.id.clone(),
             space,
@@ -284,8 +275,8 @@ impl Rye {
             .map(|entry| (entry.content_hash, entry.metadata.clone()));
         if let Some((content_hash, metadata)) = cached {
             let signed = self.verify_item(
-                trust,
-                Some(extractors),
+                &trust,
+                Some(&extractors),
                 (ItemKind::Tool, space, path),
                 content_hash,
                 None,
@@ -295,10 +286,10 @@ impl Rye {
 
         // Verified before it is parsed; the bytes parsed are the bytes
         // verified.
-        let bytes = crate::parse::read_item(spaces, space, path)?;
+        let bytes = crate::parse::read_item(&session.spaces, space, path)?;
         let signed = self.verify_item(
-            trust,
-            Some(extractors),
+            &trust,
+            Some(&extractors),
             (ItemKind::Tool, space, path),
             Sha256::digest(&bytes).into(),
             Some(&bytes),
@@ -310,7 +301,7 @@ impl Rye {
             resolved.location.space,
             path.as_path(),
         );
-        let parsed = self.parse_bytes(spaces, extractors, parsers, item, bytes)?;
+        let parsed = self.parse_bytes(session, parsers, item, bytes)?;
         let document = match parsed.outcome.as_ref() {
             Ok(document) => document,
             Err(failure) => {

@@ -19,14 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rye_components::{ComponentError, PlanElement, PlanRequest, PlannedProcess, World};
-use rye_integrity::TrustStore;
 use rye_process::{Capture, Outcome, Plan};
-use rye_space::{ItemKind, Space, Spaces};
+use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
 use crate::lockfile::LockState;
 use crate::services::HostServices;
+use crate::session::Session;
 use crate::trace::{Event, LockfileStatus, Step};
 use crate::{ErrorReply, HostError, LoadRequest, Rye, Signed};
 
@@ -127,13 +127,10 @@ impl Rye {
         tool_id: &str,
         parameters: Value,
     ) -> Result<(Chain, PlannedProcess, Vec<Event>), HostError> {
-        let spaces = self.spaces(project);
-        let extractors = self.extractors(&spaces)?;
-        let trust = self.trust_store(&spaces);
-        let chain = self.build_chain(&spaces, &extractors, &trust, tool_id)?;
+        let session = self.session(project);
+        let chain = self.build_chain(&session, tool_id)?;
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (_, _, plan) =
-            self.plan_chain(&spaces, &trust, &chain, project, parameters, log.clone())?;
+        let (_, _, plan) = self.plan_chain(&session, &chain, parameters, log.clone())?;
         let answers = std::mem::take(&mut *log.lock().expect("trace log lock"));
         Ok((chain, plan, answers))
     }
@@ -141,13 +138,12 @@ impl Rye {
     /// Finds the chain's adapter and asks it for the plan.
     fn plan_chain(
         &self,
-        spaces: &Spaces,
-        trust: &Arc<TrustStore>,
+        session: &Session,
         chain: &Chain,
-        project: Option<&Path>,
         parameters: Value,
         log: Arc<Mutex<Vec<Event>>>,
     ) -> Result<(PathBuf, Signed, PlannedProcess), HostError> {
+        let (spaces, trust) = (&session.spaces, session.trust(self));
         let named = chain.elements.iter().find_map(|e| {
             e.metadata
                 .get("adapter")
@@ -155,7 +151,7 @@ impl Rye {
                 .map(|a| (e, a))
         });
         let name = named.map_or(STANDARD_ADAPTER, |(_, name)| name);
-        let found = match self.find_component(spaces, trust, name, World::RuntimeAdapter)? {
+        let found = match self.find_component(spaces, &trust, name, World::RuntimeAdapter)? {
             Ok(found) => found,
             Err(searched) => {
                 return Err(HostError::AdapterNotFound {
@@ -168,8 +164,9 @@ impl Rye {
         let adapter = found.component;
         let path = adapter.path.clone();
 
-        let project_path = project
-            .map(Path::to_owned)
+        let project_path = session
+            .project
+            .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_default();
         // The adapter is told the project by the path it is shown it at.
@@ -282,11 +279,8 @@ impl Rye {
         if let Some(error) = &loaded.parse_error {
             return Err(error_result(request.kind, &request.id, error, started));
         }
-        let spaces = self.spaces(request.project.as_deref());
-        let trust = self.trust_store(&spaces);
         let validated = self.enforce_validators(
-            &spaces,
-            &trust,
+            &self.session(request.project.as_deref()),
             crate::validators::ItemRef {
                 kind: request.kind,
                 id: &request.id,
@@ -532,8 +526,7 @@ struct ToolRun<'a> {
     rye: &'a Arc<Rye>,
     request: &'a ExecuteRequest,
     started: Instant,
-    spaces: Spaces,
-    trust: Arc<TrustStore>,
+    session: Session,
     trace: Vec<Event>,
     warnings: Vec<String>,
     /// The chain as results show it, once it is built.
@@ -550,14 +543,11 @@ struct Timings {
 
 impl<'a> ToolRun<'a> {
     fn new(rye: &'a Arc<Rye>, request: &'a ExecuteRequest, started: Instant) -> Self {
-        let spaces = rye.spaces(request.project.as_deref());
-        let trust = rye.trust_store(&spaces);
         Self {
             rye,
             request,
             started,
-            spaces,
-            trust,
+            session: rye.session(request.project.as_deref()),
             trace: Vec::new(),
             warnings: Vec::new(),
             summaries: None,
@@ -612,10 +602,7 @@ impl<'a> ToolRun<'a> {
 
     /// The chain, from the tool to the primitive, each element verified.
     fn resolve(&mut self) -> Stage<Chain> {
-        let rye = self.rye;
-        let built = rye.extractors(&self.spaces).and_then(|extractors| {
-            rye.build_chain(&self.spaces, &extractors, &self.trust, &self.request.id)
-        });
+        let built = self.rye.build_chain(&self.session, &self.request.id);
         let chain = built.map_err(|e| self.host_failure(&e))?;
         self.timings.chain_us = self.started.elapsed().as_micros() as u64;
         for element in &chain.elements {
@@ -644,7 +631,7 @@ impl<'a> ToolRun<'a> {
     fn lock(&mut self, chain: &Chain) -> Stage<LockState> {
         let lock = self
             .rye
-            .check_lock(&self.spaces, chain)
+            .check_lock(&self.session.spaces, chain)
             .map_err(|e| self.host_failure(&e))?;
         if let LockState::Used(path) = &lock {
             self.step(Step::Lockfile {
@@ -663,8 +650,7 @@ impl<'a> ToolRun<'a> {
         let started = Instant::now();
         let tool = chain.tool();
         let validated = self.rye.enforce_validators(
-            &self.spaces,
-            &self.trust,
+            &self.session,
             crate::validators::ItemRef {
                 kind: ItemKind::Tool,
                 id: &tool.item_id,
@@ -708,10 +694,8 @@ impl<'a> ToolRun<'a> {
         let log = Arc::new(Mutex::new(Vec::new()));
         let planned = blocking(|| {
             self.rye.plan_chain(
-                &self.spaces,
-                &self.trust,
+                &self.session,
                 chain,
-                self.request.project.as_deref(),
                 self.request.parameters.clone(),
                 log.clone(),
             )
@@ -758,7 +742,7 @@ impl<'a> ToolRun<'a> {
             .map(PathBuf::from);
         let deps = self
             .rye
-            .verify_deps(&self.trust, chain, anchor.as_deref())
+            .verify_deps(&self.session.trust(self.rye), chain, anchor.as_deref())
             .map_err(|e| self.host_failure(&e))?;
         if let Some(anchor) = anchor {
             self.step(Step::VerifyDeps {
@@ -809,7 +793,7 @@ impl<'a> ToolRun<'a> {
         let (data, error) = tool_output(&outcome, plan.timeout_ms);
         let mut lockfile_created = false;
         if error.is_none() && *lock == LockState::Absent {
-            match self.rye.write_lock(&self.spaces, chain) {
+            match self.rye.write_lock(&self.session.spaces, chain) {
                 Ok(path) => {
                     self.step(Step::Lockfile {
                         item_id: self.request.id.clone(),

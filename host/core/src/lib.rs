@@ -27,9 +27,11 @@ mod lockfile;
 mod metadata;
 mod parse;
 mod reply;
+mod rye;
 mod search;
 mod search_index;
 mod services;
+mod session;
 mod sign;
 mod trace;
 mod trust_state;
@@ -52,8 +54,9 @@ pub use layout::{COMPONENT_FOLDERS, component_folder};
 pub use load::{LOAD_REPLY_TEXT, LoadRequest, Loaded};
 pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
-pub use parse::{ParsedItem, Rye};
+pub use parse::ParsedItem;
 pub use reply::{ErrorReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply, SignReply, echo};
+pub use rye::Rye;
 pub use rye_components::{
     CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,
     Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,

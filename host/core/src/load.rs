@@ -137,8 +137,9 @@ impl Rye {
     /// `force`, and refuses a copy that would give the destination space
     /// two files of one id.
     pub fn load(&self, request: &LoadRequest) -> Result<Loaded, HostError> {
-        let spaces = self.spaces(request.project.as_deref());
-        let extractors = self.extractors(&spaces)?;
+        let session = self.session(request.project.as_deref());
+        let spaces = &session.spaces;
+        let extractors = session.extractors(self)?;
         let extractor = extractors.require(request.kind)?;
         let resolved = spaces.resolve(
             request.kind,
@@ -161,7 +162,7 @@ impl Rye {
             path.as_path(),
         );
         let (content, document, diagnostics, parse_error) =
-            match self.parse_file(&spaces, &extractors, &mut parsers, item) {
+            match self.parse_file(&session, &mut parsers, item) {
                 Ok(parsed) => match parsed.outcome.as_ref() {
                     Ok(doc) => (
                         parsed.content.clone(),
@@ -178,7 +179,7 @@ impl Rye {
                 },
                 Err(HostError::Io { path, source }) => return Err(HostError::Io { path, source }),
                 Err(e) => {
-                    let bytes = crate::parse::read_item(&spaces, resolved.location.space, &path)?;
+                    let bytes = crate::parse::read_item(spaces, resolved.location.space, &path)?;
                     (
                         String::from_utf8_lossy(&bytes).into_owned(),
                         Map::new(),
@@ -188,7 +189,7 @@ impl Rye {
                 }
             };
 
-        let trust = self.trust_store(&spaces);
+        let trust = session.trust(self);
         let mut warnings = std::mem::take(&mut parsers.warnings);
         let hash: [u8; 32] = Sha256::digest(content.as_bytes()).into();
         let verdict = self.verify_item(
@@ -283,7 +284,7 @@ impl Rye {
             // of a read-only system file is writable where it lands; no
             // link on the way is followed.
             crate::lockfile::write_atomically(
-                &spaces,
+                spaces,
                 &target,
                 loaded.content.as_bytes(),
                 request.force,

@@ -2,61 +2,15 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use rye_components::{
-    ComponentError, ComponentHost, LoadedComponent, ParseFailure, ParseRequest, ParsedDocument,
-    ValidatorInfo, World,
-};
-use rye_space::{Extractors, FileStamp, ItemKind, ListingCache, Space, Spaces, same_dir};
+use rye_components::{LoadedComponent, ParseRequest, World};
+use rye_space::{ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
-use rye_integrity::TrustStore;
-
-use crate::cache::ElementCache;
-use crate::cache::Generational;
-use crate::search_index::Index;
-use crate::{HostError, RyeConfig};
-
-/// Parse results kept in memory, by parser and content.
-const PARSE_CACHE_ENTRIES: usize = 50_000;
-
-pub(crate) type Outcome = Arc<Result<ParsedDocument, ParseFailure>>;
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct ParseKey {
-    parser: [u8; 32],
-    content: [u8; 32],
-    kind: ItemKind,
-    id: String,
-    file_name: String,
-}
-
-/// The host. Share one per process (it is `Send + Sync`); it keeps the
-/// compiled components and every cache.
-pub struct Rye {
-    pub(crate) components: ComponentHost,
-    system_base: PathBuf,
-    user_base: Option<PathBuf>,
-    parses: Mutex<Generational<ParseKey, Outcome>>,
-    pub(crate) index: Mutex<Index>,
-    pub(crate) listings: ListingCache,
-    pub(crate) elements: Mutex<ElementCache>,
-    /// Per project folder: is it the system space's source, is it the
-    /// user base.
-    projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
-    /// Extractors per set of candidate files, with the files' stamps.
-    extractor_cache: Mutex<ExtractorCache>,
-    pub(crate) integrity: crate::trust_state::IntegrityState,
-    pub(crate) key_dir: Option<PathBuf>,
-    /// What each validator component says of itself, by content hash.
-    pub(crate) validator_info: Mutex<HashMap<[u8; 32], Result<ValidatorInfo, ComponentError>>>,
-    /// Validation results for `execute` and `sign`: by the validators'
-    /// hashes and the subjects'.
-    pub(crate) validations: Mutex<Generational<[u8; 32], Arc<Vec<crate::Finding>>>>,
-}
-
-type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
+use crate::cache::{Outcome, ParseKey};
+use crate::session::Session;
+use crate::{HostError, Rye};
 
 /// One item file read by its parser.
 #[derive(Debug, Clone)]
@@ -77,114 +31,6 @@ pub struct ParsedItem {
 }
 
 impl Rye {
-    pub fn new(config: RyeConfig) -> Result<Self, HostError> {
-        let key_dir = config.key_dir();
-        let system_base = match config.system_base {
-            Some(base) => base,
-            None => rye_system::materialize(&config.cache_dir)
-                .map_err(|e| HostError::io(&config.cache_dir, e))?,
-        };
-        let components = ComponentHost::new(config.components)
-            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
-        Ok(Self {
-            components,
-            system_base,
-            user_base: config.user_base,
-            parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
-            index: Mutex::default(),
-            listings: if config.watch {
-                ListingCache::new()
-            } else if config.snapshot {
-                ListingCache::snapshot()
-            } else {
-                ListingCache::unwatched()
-            },
-            elements: Mutex::default(),
-            projects: Mutex::default(),
-            extractor_cache: Mutex::default(),
-            integrity: crate::trust_state::IntegrityState::new(
-                config.integrity,
-                config.trusted_keys,
-            ),
-            key_dir,
-            validator_info: Mutex::default(),
-            validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
-        })
-    }
-
-    /// The base of the system space in use.
-    pub fn system_base(&self) -> &Path {
-        &self.system_base
-    }
-
-    /// The component host, for callers that load components directly.
-    pub fn components(&self) -> &ComponentHost {
-        &self.components
-    }
-
-    /// The spaces for a request about `project` (a folder holding `.ai/`).
-    ///
-    /// A project whose `.ai/` is the system space's own (or the folder the
-    /// embedded system space was built from, i.e. the Rye repository) has
-    /// no separate project space: its items are the system items.
-    pub fn spaces(&self, project: Option<&Path>) -> Spaces {
-        let Some(project) = project else {
-            return Spaces::from_bases(None, self.user_base.as_deref(), &self.system_base);
-        };
-        let known = self
-            .projects
-            .lock()
-            .expect("project cache lock")
-            .get(project)
-            .copied();
-        let (is_system, is_user) = known.unwrap_or_else(|| {
-            let is_system = same_dir(&project.join(".ai"), &self.system_base.join(".ai"))
-                || same_dir(&project.join(".ai"), rye_system::source_dir());
-            let is_user = self
-                .user_base
-                .as_deref()
-                .is_some_and(|user| same_dir(project, user));
-            // Only answers about folders that exist are kept: a project
-            // folder may be created later.
-            if project.is_dir() {
-                self.projects
-                    .lock()
-                    .expect("project cache lock")
-                    .insert(project.to_owned(), (is_system, is_user));
-            }
-            (is_system, is_user)
-        });
-        let user = self.user_base.as_deref().filter(|_| !is_user);
-        Spaces::from_bases((!is_system).then_some(project), user, &self.system_base)
-    }
-
-    /// The extractors in effect for `spaces`, re-read only when one of
-    /// their files appeared, changed or went away.
-    pub(crate) fn extractors(&self, spaces: &Spaces) -> Result<Arc<Extractors>, HostError> {
-        let candidates: Vec<PathBuf> = spaces
-            .roots()
-            .iter()
-            .flat_map(|root| ItemKind::PRIMARY.map(|kind| Extractors::path_in(&root.ai_dir, kind)))
-            .collect();
-        let stamps: Vec<Option<FileStamp>> =
-            candidates.iter().map(|p| FileStamp::read(p).ok()).collect();
-        if let Some((known, extractors)) = self
-            .extractor_cache
-            .lock()
-            .expect("extractor cache lock")
-            .get(&candidates)
-            && *known == stamps
-        {
-            return Ok(extractors.clone());
-        }
-        let extractors = Arc::new(Extractors::load(spaces)?);
-        self.extractor_cache
-            .lock()
-            .expect("extractor cache lock")
-            .insert(candidates, (stamps, extractors.clone()));
-        Ok(extractors)
-    }
-
     /// The parser component `name`, from the first space that has
     /// `.ai/parsers/<name>.wasm`, once its signature checks out.
     pub fn parser_component(
@@ -203,20 +49,18 @@ impl Rye {
     /// of one request.
     pub(crate) fn parse_file(
         &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
+        session: &Session,
         parsers: &mut ParserLookup,
         item: (ItemKind, &str, Space, &Path),
     ) -> Result<ParsedItem, HostError> {
-        let bytes = read_item(spaces, item.2, item.3)?;
-        self.parse_bytes(spaces, extractors, parsers, item, bytes)
+        let bytes = read_item(&session.spaces, item.2, item.3)?;
+        self.parse_bytes(session, parsers, item, bytes)
     }
 
     /// Like [`Rye::parse_file`], for bytes already read from the file.
     pub(crate) fn parse_bytes(
         &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
+        session: &Session,
         parsers: &mut ParserLookup,
         item: (ItemKind, &str, Space, &Path),
         bytes: Vec<u8>,
@@ -226,7 +70,7 @@ impl Rye {
         let content = String::from_utf8(bytes).map_err(|_| HostError::NotText {
             path: path.to_owned(),
         })?;
-        let (name, parser) = parsers.for_file(self, spaces, extractors, kind, path)?;
+        let (name, parser) = parsers.for_file(self, session, kind, path)?;
         let file_name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -272,32 +116,26 @@ impl Rye {
     }
 }
 
-/// Parser components resolved during one request, by name.
+/// Parser components resolved during one request (or one worker's share
+/// of it), by name.
 #[derive(Default)]
 pub(crate) struct ParserLookup {
     found: HashMap<String, Result<Arc<LoadedComponent>, Vec<PathBuf>>>,
-    trust: Option<Arc<TrustStore>>,
     /// What the parsers' signatures leave to say (see [`Signed::warning`]).
     pub(crate) warnings: Vec<String>,
 }
 
 impl ParserLookup {
-    /// A lookup that verifies parsers against `trust`.
-    pub(crate) fn with_trust(trust: Arc<TrustStore>) -> Self {
-        Self {
-            trust: Some(trust),
-            ..Self::default()
-        }
-    }
-
+    /// The parser the session's extractor for `kind` names for `path`,
+    /// found in the session's spaces and verified against its trust.
     pub(crate) fn for_file(
         &mut self,
         rye: &Rye,
-        spaces: &Spaces,
-        extractors: &Extractors,
+        session: &Session,
         kind: ItemKind,
         path: &Path,
     ) -> Result<(String, Arc<LoadedComponent>), HostError> {
+        let extractors = session.extractors(rye)?;
         let extractor = extractors.require(kind)?;
         let extension = path
             .extension()
@@ -315,12 +153,8 @@ impl ParserLookup {
         let found = match self.found.get(name) {
             Some(found) => found.clone(),
             None => {
-                let trust = self
-                    .trust
-                    .get_or_insert_with(|| rye.trust_store(spaces))
-                    .clone();
                 let found = rye
-                    .find_component(spaces, &trust, name, World::Parser)?
+                    .find_component(&session.spaces, &session.trust(rye), name, World::Parser)?
                     .map(|found| {
                         let what = format!("parser {name} ({})", found.component.path.display());
                         self.warnings.extend(found.signed.warning(&what));

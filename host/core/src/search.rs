@@ -10,12 +10,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rye_space::query::Query;
-use rye_space::{Extractors, ItemKind, Listed, Space, Spaces};
+use rye_space::{ItemKind, Listed, Space};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::parse::ParserLookup;
 use crate::search_index::{IndexEntry, SearchDoc};
+use crate::session::Session;
 use crate::{HostError, Rye};
 
 /// Which spaces a search covers.
@@ -191,8 +192,9 @@ impl Rye {
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, HostError> {
         let (kinds, namespace) = parse_scope(&request.scope)?;
         let query = Query::parse(&request.query)?;
-        let spaces = self.spaces(request.project.as_deref());
-        let extractors = self.extractors(&spaces)?;
+        let session = self.session(request.project.as_deref());
+        let spaces = &session.spaces;
+        let extractors = session.extractors(self)?;
 
         // Every listed item (for shadowing, whether it matches or not), and
         // the matches as (score, index into `listed`, document).
@@ -229,9 +231,9 @@ impl Rye {
                 .chunks(chunk)
                 .enumerate()
                 .map(|(n, items)| {
-                    let (spaces, extractors, query) = (&spaces, &extractors, &query);
+                    let (session, extractors, query) = (&session, &extractors, &query);
                     scope.spawn(move || {
-                        let docs = self.search_docs(spaces, extractors, items);
+                        let docs = self.search_docs(session, items);
                         let mut matches = Vec::new();
                         for (i, (item, doc)) in items.iter().zip(docs).enumerate() {
                             let Ok(extractor) = extractors.require(item.kind) else {
@@ -315,18 +317,13 @@ impl Rye {
     /// The search documents of `items`, in order: from the index where
     /// the file and its parser are unchanged (one lock for the lot), read
     /// anew otherwise.
-    fn search_docs(
-        &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
-        items: &[&Listed],
-    ) -> Vec<Arc<SearchDoc>> {
+    fn search_docs(&self, session: &Session, items: &[&Listed]) -> Vec<Arc<SearchDoc>> {
         let mut parsers = ParserLookup::default();
         let parser_hashes: Vec<[u8; 32]> = items
             .iter()
             .map(|item| {
                 parsers
-                    .for_file(self, spaces, extractors, item.kind, &item.path)
+                    .for_file(self, session, item.kind, &item.path)
                     .map_or([0; 32], |(_, component)| component.hash)
             })
             .collect();
@@ -353,7 +350,7 @@ impl Rye {
         let mut fresh = Vec::new();
         for (i, slot) in docs.iter_mut().enumerate() {
             if slot.is_none() {
-                let doc = Arc::new(self.read_doc(spaces, extractors, &mut parsers, items[i]));
+                let doc = Arc::new(self.read_doc(session, &mut parsers, items[i]));
                 fresh.push((i, doc.clone()));
                 *slot = Some(doc);
             }
@@ -383,8 +380,7 @@ impl Rye {
     /// not be read.
     fn read_doc(
         &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
+        session: &Session,
         parsers: &mut ParserLookup,
         listed: &Listed,
     ) -> SearchDoc {
@@ -394,7 +390,7 @@ impl Rye {
             listed.space,
             listed.path.as_path(),
         );
-        let mut doc = match self.parse_file(spaces, extractors, parsers, item) {
+        let mut doc = match self.parse_file(session, parsers, item) {
             Ok(parsed) => match parsed.outcome.as_ref() {
                 Ok(document) => SearchDoc::new(
                     listed.kind,

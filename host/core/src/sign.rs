@@ -7,13 +7,14 @@ use rye_components::World;
 use rye_integrity::{
     IntegrityError, Keypair, format_for, sign_detached, sign_text, verify_detached, verify_text,
 };
-use rye_space::{Extractors, ItemKind, Space, Spaces};
+use rye_space::{Extractors, ItemKind, Space};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::layout::{COMPONENT_FOLDERS, component_folder};
 use crate::lockfile::write_atomically;
 use crate::parse::ParserLookup;
+use crate::session::Session;
 use crate::trust_state::declared_formats;
 use crate::{HostError, Rye};
 
@@ -183,7 +184,8 @@ impl Rye {
                 hint: "it is signed when Rye is built; sign items in the project or user space",
             });
         }
-        let spaces = self.spaces(project);
+        let session = self.session(project);
+        let spaces = &session.spaces;
         let root = spaces.root(space).ok_or(HostError::NoSpace {
             space,
             purpose: "to sign in",
@@ -196,33 +198,20 @@ impl Rye {
                 if !path.is_file() {
                     return Err(HostError::NoComponent { path });
                 }
-                self.sign_component(&spaces, &path, folder, &key)
+                self.sign_component(&session, &path, folder, &key)
             }
             Signable::Item(kind) => {
-                let extractors = self.extractors(&spaces)?;
+                let extractors = session.extractors(self)?;
                 let extractor = extractors.require(kind)?;
                 let resolved = spaces.resolve(kind, id, &extractor.extensions, Some(space))?;
-                self.sign_item(
-                    &spaces,
-                    &extractors,
-                    kind,
-                    id,
-                    &resolved.location.path,
-                    space,
-                    &key,
-                )
+                self.sign_item(&session, kind, id, &resolved.location.path, space, &key)
             }
         }
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one item, described by its parts"
-    )]
     fn sign_item(
         &self,
-        spaces: &Spaces,
-        extractors: &Extractors,
+        session: &Session,
         kind: ItemKind,
         id: &str,
         path: &Path,
@@ -233,15 +222,15 @@ impl Rye {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        let format =
-            format_for(kind, name, &declared_formats(Some(extractors), kind)).map_err(|error| {
-                HostError::Integrity {
-                    path: path.to_owned(),
-                    error,
-                }
-            })?;
+        let (spaces, extractors) = (&session.spaces, session.extractors(self)?);
+        let format = format_for(kind, name, &declared_formats(Some(&extractors), kind)).map_err(
+            |error| HostError::Integrity {
+                path: path.to_owned(),
+                error,
+            },
+        )?;
         let mut parsers = ParserLookup::default();
-        let parsed = self.parse_file(spaces, extractors, &mut parsers, (kind, id, space, path))?;
+        let parsed = self.parse_file(session, &mut parsers, (kind, id, space, path))?;
         if let Err(failure) = parsed.outcome.as_ref() {
             return Err(HostError::ParserRefused {
                 path: path.to_owned(),
@@ -249,10 +238,9 @@ impl Rye {
                 failure: failure.to_string(),
             });
         }
-        let trust = self.trust_store(spaces);
+        let trust = session.trust(self);
         let findings = self.enforce_validators(
-            spaces,
-            &trust,
+            session,
             crate::validators::ItemRef {
                 kind,
                 id,
@@ -308,7 +296,7 @@ impl Rye {
 
     fn sign_component(
         &self,
-        spaces: &Spaces,
+        session: &Session,
         path: &Path,
         folder: &str,
         key: &Keypair,
@@ -322,7 +310,7 @@ impl Rye {
         let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         let signature_path = rye_integrity::detached_path(path);
-        let trust = self.trust_store(spaces);
+        let (spaces, trust) = (&session.spaces, session.trust(self));
         let unchanged = std::fs::read_to_string(&signature_path)
             .ok()
             .is_some_and(|text| verify_detached(&hash, &text, &only(key)).is_ok());
@@ -358,8 +346,9 @@ impl Rye {
                 hint: "it is signed when Rye is built",
             });
         }
-        let spaces = self.spaces(project);
-        let root = spaces
+        let session = self.session(project);
+        let root = session
+            .spaces
             .root(space)
             .ok_or(HostError::NoSpace {
                 space,
@@ -367,7 +356,7 @@ impl Rye {
             })?
             .clone();
         let key = self.signing_key()?;
-        let extractors = self.extractors(&spaces)?;
+        let extractors = session.extractors(self)?;
         let mut outcomes = Vec::new();
         // Components first: signing an item runs its parser, which must
         // verify.
@@ -380,7 +369,7 @@ impl Rye {
                 .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
             {
                 outcomes.push(
-                    self.sign_component(&spaces, &path, folder, &key)
+                    self.sign_component(&session, &path, folder, &key)
                         .map_err(|e| (path.clone(), e)),
                 );
             }
@@ -401,7 +390,7 @@ impl Rye {
                     continue;
                 }
                 outcomes.push(
-                    self.sign_item(&spaces, &extractors, kind, &id, &path, space, &key)
+                    self.sign_item(&session, kind, &id, &path, space, &key)
                         .map_err(|e| (path.clone(), e)),
                 );
             }
@@ -414,9 +403,9 @@ impl Rye {
     /// and signature files are skipped), against the trust store of
     /// `project`'s spaces.
     pub fn verify_paths(&self, project: Option<&Path>, paths: &[PathBuf]) -> Vec<FileCheck> {
-        let spaces = self.spaces(project);
-        let trust = self.trust_store(&spaces);
-        let extractors = self.extractors(&spaces).ok();
+        let session = self.session(project);
+        let trust = session.trust(self);
+        let extractors = session.extractors(self).ok();
         let mut files = Vec::new();
         for path in paths {
             if path.is_dir() {

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::finding::Finding;
 use crate::parse::ParserLookup;
+use crate::session::Session;
 use crate::{HostError, Rye};
 
 /// What a validation run found.
@@ -72,8 +73,9 @@ impl Rye {
                 root: root.to_owned(),
             });
         }
-        let spaces = self.spaces(Some(root));
-        let extractors = self.extractors(&spaces)?;
+        let session = self.session(Some(root));
+        let spaces = &session.spaces;
+        let extractors = session.extractors(self)?;
         let mut items: Vec<(ItemKind, String, PathBuf)> = Vec::new();
         let mut conflicts = Vec::new();
         for kind in ItemKind::PRIMARY {
@@ -112,9 +114,11 @@ impl Rye {
             }
         }
         items.sort_by(|a, b| a.2.cmp(&b.2));
-        let trust = self.trust_store(&spaces);
-        let validators =
-            self.validator_set(&spaces, &trust, crate::validators::Admission::Sandboxed)?;
+        let validators = self.validator_set(
+            spaces,
+            &session.trust(self),
+            crate::validators::Admission::Sandboxed,
+        )?;
         let findings = Mutex::new(conflicts);
         let done = std::sync::atomic::AtomicUsize::new(0);
         let chains = std::sync::atomic::AtomicUsize::new(0);
@@ -133,9 +137,7 @@ impl Rye {
                         };
                         let mut found = Vec::new();
                         let parsed = self.check_item(
-                            &spaces,
-                            &extractors,
-                            &trust,
+                            &session,
                             &mut parsers,
                             (*kind, id, path),
                             options,
@@ -152,7 +154,7 @@ impl Rye {
                             && found.iter().all(|f| f.severity != Severity::Error)
                         {
                             chains.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            match self.build_chain(&spaces, &extractors, &trust, id) {
+                            match self.build_chain(&session, id) {
                                 Ok(chain) => validators.check_chain(self, &chain, &mut found),
                                 Err(e) => found.push(Finding {
                                     path: path.clone(),
@@ -209,15 +211,9 @@ impl Rye {
         })
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one item's check, described by its parts"
-    )]
     fn check_item(
         &self,
-        spaces: &rye_space::Spaces,
-        extractors: &rye_space::Extractors,
-        trust: &rye_integrity::TrustStore,
+        session: &Session,
         parsers: &mut ParserLookup,
         item: (ItemKind, &String, &PathBuf),
         options: ValidateOptions<'_>,
@@ -244,9 +240,10 @@ impl Rye {
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         let unsigned =
             "unsigned: the file has no signature line (sign it with `rye sign`)".to_owned();
+        let (trust, extractors) = (session.trust(self), session.extractors(self).ok());
         match self.verify_item(
-            trust,
-            Some(extractors),
+            &trust,
+            extractors.as_deref(),
             (kind, Space::Project, path),
             hash,
             Some(&bytes),
@@ -286,13 +283,7 @@ impl Rye {
             }
             Err(e) => found.push(finding(Severity::Error, "signature", e.to_string(), None)),
         }
-        match self.parse_bytes(
-            spaces,
-            extractors,
-            parsers,
-            (kind, id, Space::Project, path),
-            bytes,
-        ) {
+        match self.parse_bytes(session, parsers, (kind, id, Space::Project, path), bytes) {
             Ok(parsed) => {
                 match parsed.outcome.as_ref() {
                     Ok(document) => {

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::finding::Finding;
 use crate::metadata::plugin_kind;
+use crate::session::Session;
 use crate::{Chain, HostError, ParsedItem, Rye, Signed};
 
 /// One validator ready to run.
@@ -355,12 +356,11 @@ impl Rye {
     /// a validator that cannot be admitted refuses the whole request.
     pub(crate) fn enforce_validators(
         &self,
-        spaces: &Spaces,
-        trust: &Arc<TrustStore>,
+        session: &Session,
         item: ItemRef<'_>,
         chain: Option<&Chain>,
     ) -> Result<Arc<Vec<Finding>>, HostError> {
-        let set = self.validator_set(spaces, trust, Admission::Enforced)?;
+        let set = self.validator_set(&session.spaces, &session.trust(self), Admission::Enforced)?;
         let admitted = set
             .findings
             .lock()
@@ -405,11 +405,9 @@ impl Rye {
         }
         let mut found = admitted;
         if set.validators.iter().any(|v| v.wants(item.kind)) {
-            let extractors = self.extractors(spaces)?;
-            let mut parsers = crate::parse::ParserLookup::with_trust(trust.clone());
+            let mut parsers = crate::parse::ParserLookup::default();
             let parsed = self.parse_file(
-                spaces,
-                &extractors,
+                session,
                 &mut parsers,
                 (item.kind, item.id, item.space, item.path),
             )?;

@@ -1,0 +1,148 @@
+//! The host: one per process, holding the component host and every cache.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rye_components::{ComponentError, ComponentHost, ValidatorInfo};
+use rye_space::{Extractors, FileStamp, ItemKind, ListingCache, Spaces, same_dir};
+
+use crate::cache::{ElementCache, Generational, Outcome, PARSE_CACHE_ENTRIES, ParseKey};
+use crate::search_index::Index;
+use crate::{HostError, RyeConfig};
+
+/// The host. Share one per process (it is `Send + Sync`); it keeps the
+/// compiled components and every cache.
+pub struct Rye {
+    pub(crate) components: ComponentHost,
+    system_base: PathBuf,
+    user_base: Option<PathBuf>,
+    pub(crate) parses: Mutex<Generational<ParseKey, Outcome>>,
+    pub(crate) index: Mutex<Index>,
+    pub(crate) listings: ListingCache,
+    pub(crate) elements: Mutex<ElementCache>,
+    /// Per project folder: is it the system space's source, is it the
+    /// user base.
+    projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
+    /// Extractors per set of candidate files, with the files' stamps.
+    extractor_cache: Mutex<ExtractorCache>,
+    pub(crate) integrity: crate::trust_state::IntegrityState,
+    pub(crate) key_dir: Option<PathBuf>,
+    /// What each validator component says of itself, by content hash.
+    pub(crate) validator_info: Mutex<HashMap<[u8; 32], Result<ValidatorInfo, ComponentError>>>,
+    /// Validation results for `execute` and `sign`: by the validators'
+    /// hashes and the subjects'.
+    pub(crate) validations: Mutex<Generational<[u8; 32], Arc<Vec<crate::Finding>>>>,
+}
+
+type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
+
+impl Rye {
+    pub fn new(config: RyeConfig) -> Result<Self, HostError> {
+        let key_dir = config.key_dir();
+        let system_base = match config.system_base {
+            Some(base) => base,
+            None => rye_system::materialize(&config.cache_dir)
+                .map_err(|e| HostError::io(&config.cache_dir, e))?,
+        };
+        let components = ComponentHost::new(config.components)
+            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
+        Ok(Self {
+            components,
+            system_base,
+            user_base: config.user_base,
+            parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
+            index: Mutex::default(),
+            listings: if config.watch {
+                ListingCache::new()
+            } else if config.snapshot {
+                ListingCache::snapshot()
+            } else {
+                ListingCache::unwatched()
+            },
+            elements: Mutex::default(),
+            projects: Mutex::default(),
+            extractor_cache: Mutex::default(),
+            integrity: crate::trust_state::IntegrityState::new(
+                config.integrity,
+                config.trusted_keys,
+            ),
+            key_dir,
+            validator_info: Mutex::default(),
+            validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
+        })
+    }
+
+    /// The base of the system space in use.
+    pub fn system_base(&self) -> &Path {
+        &self.system_base
+    }
+
+    /// The component host, for callers that load components directly.
+    pub fn components(&self) -> &ComponentHost {
+        &self.components
+    }
+
+    /// The spaces for a request about `project` (a folder holding `.ai/`).
+    ///
+    /// A project whose `.ai/` is the system space's own (or the folder the
+    /// embedded system space was built from, i.e. the Rye repository) has
+    /// no separate project space: its items are the system items.
+    pub fn spaces(&self, project: Option<&Path>) -> Spaces {
+        let Some(project) = project else {
+            return Spaces::from_bases(None, self.user_base.as_deref(), &self.system_base);
+        };
+        let known = self
+            .projects
+            .lock()
+            .expect("project cache lock")
+            .get(project)
+            .copied();
+        let (is_system, is_user) = known.unwrap_or_else(|| {
+            let is_system = same_dir(&project.join(".ai"), &self.system_base.join(".ai"))
+                || same_dir(&project.join(".ai"), rye_system::source_dir());
+            let is_user = self
+                .user_base
+                .as_deref()
+                .is_some_and(|user| same_dir(project, user));
+            // Only answers about folders that exist are kept: a project
+            // folder may be created later.
+            if project.is_dir() {
+                self.projects
+                    .lock()
+                    .expect("project cache lock")
+                    .insert(project.to_owned(), (is_system, is_user));
+            }
+            (is_system, is_user)
+        });
+        let user = self.user_base.as_deref().filter(|_| !is_user);
+        Spaces::from_bases((!is_system).then_some(project), user, &self.system_base)
+    }
+
+    /// The extractors in effect for `spaces`, re-read only when one of
+    /// their files appeared, changed or went away.
+    pub(crate) fn extractors(&self, spaces: &Spaces) -> Result<Arc<Extractors>, HostError> {
+        let candidates: Vec<PathBuf> = spaces
+            .roots()
+            .iter()
+            .flat_map(|root| ItemKind::PRIMARY.map(|kind| Extractors::path_in(&root.ai_dir, kind)))
+            .collect();
+        let stamps: Vec<Option<FileStamp>> =
+            candidates.iter().map(|p| FileStamp::read(p).ok()).collect();
+        if let Some((known, extractors)) = self
+            .extractor_cache
+            .lock()
+            .expect("extractor cache lock")
+            .get(&candidates)
+            && *known == stamps
+        {
+            return Ok(extractors.clone());
+        }
+        let extractors = Arc::new(Extractors::load(spaces)?);
+        self.extractor_cache
+            .lock()
+            .expect("extractor cache lock")
+            .insert(candidates, (stamps, extractors.clone()));
+        Ok(extractors)
+    }
+}

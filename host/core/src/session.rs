@@ -1,0 +1,51 @@
+//! One request's view of the host.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use rye_integrity::TrustStore;
+use rye_space::{Extractors, Spaces};
+
+use crate::{HostError, Rye};
+
+/// What one request works with: the project it is for, that project's
+/// spaces and, made on first use and then kept for the request, their
+/// extractors and trust store. A request makes one and hands it down,
+/// rather than each step working the spaces out again or taking them as
+/// loose arguments.
+pub(crate) struct Session {
+    pub(crate) project: Option<PathBuf>,
+    pub(crate) spaces: Spaces,
+    extractors: OnceLock<Arc<Extractors>>,
+    trust: OnceLock<Arc<TrustStore>>,
+}
+
+impl Rye {
+    /// A session for a request about `project`.
+    pub(crate) fn session(&self, project: Option<&Path>) -> Session {
+        Session {
+            project: project.map(Path::to_owned),
+            spaces: self.spaces(project),
+            extractors: OnceLock::new(),
+            trust: OnceLock::new(),
+        }
+    }
+}
+
+impl Session {
+    /// The extractors in effect for the spaces (see [`Rye::extractors`]).
+    pub(crate) fn extractors(&self, rye: &Rye) -> Result<Arc<Extractors>, HostError> {
+        if let Some(extractors) = self.extractors.get() {
+            return Ok(extractors.clone());
+        }
+        let extractors = rye.extractors(&self.spaces)?;
+        Ok(self.extractors.get_or_init(|| extractors).clone())
+    }
+
+    /// The keys trusted for the spaces (see [`Rye::trust_store`]).
+    pub(crate) fn trust(&self, rye: &Rye) -> Arc<TrustStore> {
+        self.trust
+            .get_or_init(|| rye.trust_store(&self.spaces))
+            .clone()
+    }
+}
