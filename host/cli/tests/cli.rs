@@ -16,7 +16,7 @@ impl Env {
     /// A project and a home folder of their own, and a component cache
     /// shared by the tests of this run (it is keyed by content).
     fn new() -> Self {
-        Self::with_cache(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache"))
+        Self::with_cache(common::shared_cache())
     }
 
     fn with_cache(cache: PathBuf) -> Self {
@@ -49,16 +49,9 @@ impl Env {
 
     /// Runs `command` in the project with a clean environment plus `extra`.
     fn command_with(&self, command: &mut Command, extra: &[(&str, std::ffi::OsString)]) -> Output {
-        command
-            .current_dir(self.project.path())
-            .env_clear()
+        common::clean_env(command, self.project.path(), self.home.path(), &self.cache)
             .envs(extra.iter().map(|(k, v)| (k, v)))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("RYE_CACHE_DIR", &self.cache)
-            .env("RYE_CACHE_KEY", self.cache.with_extension("key"))
             .env("RYE_LOG", "rye_components=debug")
-            .env("NO_COLOR", "1")
             .output()
             .unwrap()
     }
@@ -298,6 +291,14 @@ fn execute_runs_a_tool_and_exits_by_its_status() {
     );
 }
 
+/// The first event of `step` in a result's trace.
+fn trace_step<'a>(result: &'a Value, step: &str) -> Option<&'a Value> {
+    result["trace"]
+        .as_array()?
+        .iter()
+        .find(|e| e["step"] == step)
+}
+
 #[test]
 fn withheld_variables_reach_neither_the_adapter_nor_the_tool() {
     let env = Env::new();
@@ -326,13 +327,7 @@ fn withheld_variables_reach_neither_the_adapter_nor_the_tool() {
         json!({"token": "t0ken", "key": "k3y"}),
         "{result:#}"
     );
-    let steps: Vec<&str> = result["trace"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["step"].as_str())
-        .collect();
-    assert!(!steps.contains(&"environment"), "{steps:?}");
+    assert!(trace_step(&result, "environment").is_none(), "{result:#}");
 
     // Withheld by name and by prefix: gone, and the trace names (only) them.
     let mut withheld = secrets.to_vec();
@@ -344,12 +339,7 @@ fn withheld_variables_reach_neither_the_adapter_nor_the_tool() {
         json!({"token": "absent", "key": "absent"}),
         "{result:#}"
     );
-    let event = result["trace"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["step"] == "environment")
-        .unwrap();
+    let event = trace_step(&result, "environment").unwrap();
     assert_eq!(event["withheld"], json!(["AWS_KEY", "CI_TOKEN"]));
     assert!(!result.to_string().contains("t0ken") && !result.to_string().contains("k3y"));
 

@@ -13,6 +13,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rye_test_artifacts::process_dies_soon;
+
+mod common;
 use serde_json::{Value, json};
 
 struct Env {
@@ -25,7 +27,7 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        Self::with_cache(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache"))
+        Self::with_cache(common::shared_cache())
     }
 
     fn with_cache(cache: PathBuf) -> Self {
@@ -45,16 +47,9 @@ impl Env {
 
     /// A clean environment, the project as working folder.
     fn configure(&self, command: &mut Command) {
-        command
-            .current_dir(self.project.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("RYE_CACHE_DIR", &self.cache)
-            .env("RYE_CACHE_KEY", self.cache.with_extension("key"))
+        common::clean_env(command, self.project.path(), self.home.path(), &self.cache)
             .env("RYE_ALLOW_UNSIGNED_PROJECT", "1")
-            .env("RYE_LOG", "warn")
-            .env("NO_COLOR", "1");
+            .env("RYE_LOG", "warn");
         if self.no_cgroup {
             command.env("RYE_NO_CGROUP", "1");
         }

@@ -28,18 +28,17 @@ impl Env {
     }
 
     fn cache() -> PathBuf {
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache")
+        common::shared_cache()
     }
 
     fn configure(&self, command: &mut Command) {
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("RYE_CACHE_DIR", Self::cache())
-            .env("RYE_CACHE_KEY", Self::cache().with_extension("key"))
-            .env("RYE_LOG", "warn")
-            .current_dir(self.project.path());
+        common::clean_env(
+            command,
+            self.project.path(),
+            self.home.path(),
+            &Self::cache(),
+        )
+        .env("RYE_LOG", "warn");
     }
 
     /// `rye` run once (for keys and setup).
@@ -57,16 +56,8 @@ impl Env {
     /// `rye [args] serve` over stdio, for an MCP client to spawn.
     fn serve(&self, args: &[&str]) -> TokioChildProcess {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
-        command
-            .args(args)
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("RYE_CACHE_DIR", Self::cache())
-            .env("RYE_CACHE_KEY", Self::cache().with_extension("key"))
-            .env("RYE_LOG", "warn")
-            .current_dir(self.project.path());
+        command.args(args).arg("serve");
+        self.configure(command.as_std_mut());
         TokioChildProcess::new(command).unwrap()
     }
 

@@ -213,11 +213,7 @@ fn truncate(mut text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
+    text.truncate(text.floor_char_boundary(max));
     text.push('…');
     text
 }

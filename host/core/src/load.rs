@@ -118,10 +118,7 @@ impl Loaded {
 fn cap_strings(value: &mut Value, max: usize, cut: &mut usize) {
     match value {
         Value::String(text) if text.len() > max => {
-            let mut end = max;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = text.floor_char_boundary(max);
             *cut += text.len() - end;
             text.truncate(end);
         }

@@ -179,10 +179,13 @@ fn cancelling_the_run_kills_the_group() {
 
 #[test]
 fn a_missing_program_is_a_spawn_error_naming_it() {
-    let error = rt()
-        .block_on(run(&Plan::new("/no/such/program"), &Capture::default()))
-        .unwrap_err();
+    let error = refused(Plan::new("/no/such/program"));
     assert!(error.to_string().contains("/no/such/program"), "{error}");
+}
+
+/// The error of a plan that cannot start.
+fn refused(plan: Plan) -> rye_process::SpawnError {
+    rt().block_on(run(&plan, &Capture::default())).unwrap_err()
 }
 
 #[test]
@@ -206,12 +209,7 @@ fn a_bare_name_is_found_on_the_plans_path() {
         .unwrap();
     assert_eq!(default.stdout, b"default\n");
     // The host's own PATH is not consulted.
-    let error = rt
-        .block_on(run(
-            &Plan::new("echo").env("PATH", "/nonexistent"),
-            &Capture::default(),
-        ))
-        .unwrap_err();
+    let error = refused(Plan::new("echo").env("PATH", "/nonexistent"));
     assert_eq!(error.source.kind(), std::io::ErrorKind::NotFound, "{error}");
     assert!(error.to_string().contains("\"echo\""), "{error}");
 }
@@ -221,24 +219,14 @@ fn a_program_that_may_not_be_executed_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("tool.sh");
     std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
-    let error = rt()
-        .block_on(run(
-            &Plan::new(script.display().to_string()),
-            &Capture::default(),
-        ))
-        .unwrap_err();
+    let error = refused(Plan::new(script.display().to_string()));
     assert_eq!(
         error.source.kind(),
         std::io::ErrorKind::PermissionDenied,
         "{error}"
     );
     // The same through a PATH search: permission denied, not "not found".
-    let error = rt()
-        .block_on(run(
-            &Plan::new("tool.sh").env("PATH", dir.path().display().to_string()),
-            &Capture::default(),
-        ))
-        .unwrap_err();
+    let error = refused(Plan::new("tool.sh").env("PATH", dir.path().display().to_string()));
     assert_eq!(
         error.source.kind(),
         std::io::ErrorKind::PermissionDenied,
@@ -248,23 +236,13 @@ fn a_program_that_may_not_be_executed_is_refused() {
 
 #[test]
 fn a_missing_working_folder_is_a_spawn_error() {
-    let error = rt()
-        .block_on(run(
-            &Plan::new("/bin/true").cwd("/no/such/folder"),
-            &Capture::default(),
-        ))
-        .unwrap_err();
+    let error = refused(Plan::new("/bin/true").cwd("/no/such/folder"));
     assert_eq!(error.source.kind(), std::io::ErrorKind::NotFound, "{error}");
 }
 
 #[test]
 fn a_nul_byte_in_an_argument_is_refused_before_anything_starts() {
-    let error = rt()
-        .block_on(run(
-            &Plan::new("/bin/echo").arg("a\0b"),
-            &Capture::default(),
-        ))
-        .unwrap_err();
+    let error = refused(Plan::new("/bin/echo").arg("a\0b"));
     assert_eq!(
         error.source.kind(),
         std::io::ErrorKind::InvalidInput,

@@ -290,7 +290,7 @@ mod unix {
                 .and_then(|pid| pid.parse::<i32>().ok());
             if let Some(pid) = pid
                 && pid != std::process::id() as i32
-                && !alive(pid)
+                && !process_exists(pid as u32).unwrap_or(true)
             {
                 abandoned.push(file.to_owned());
             }
@@ -299,12 +299,13 @@ mod unix {
             let _ = rustix::fs::unlinkat(dir, file.as_str(), AtFlags::empty());
         }
     }
+}
 
-    /// Whether process `pid` exists (on Linux; elsewhere it is assumed to,
-    /// and nothing is removed).
-    fn alive(pid: i32) -> bool {
-        !cfg!(target_os = "linux") || Path::new("/proc").join(pid.to_string()).exists()
-    }
+/// Whether process `pid` exists, where the system can say (Linux, through
+/// `/proc`); `None` elsewhere. For telling a leftover of a dead process
+/// (a temporary file named by its pid) from the work of a live one.
+pub fn process_exists(pid: u32) -> Option<bool> {
+    cfg!(target_os = "linux").then(|| Path::new("/proc").join(pid.to_string()).exists())
 }
 
 #[cfg(all(test, unix))]

@@ -93,10 +93,7 @@ pub fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
         return text.into();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(max);
     format!("{}… ({} more bytes cut)", &text[..end], text.len() - end).into()
 }
 

@@ -27,7 +27,9 @@ mod stamp;
 mod walk;
 mod yaml;
 
-pub use confine::{escape_error, escape_of, open_within, read_within, write_within};
+pub use confine::{
+    escape_error, escape_of, open_within, process_exists, read_within, write_within,
+};
 pub use error::{SpaceError, display_paths, shorten};
 pub use extractor::{DeclaredFormat, EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};

@@ -111,8 +111,8 @@ fn remove_abandoned(parent: &Path) {
 /// Whether process `pid` may still be writing `entry`: on Linux, whether it
 /// exists; elsewhere, whether the entry changed in the last hour.
 fn process_alive(pid: u32, entry: &std::fs::DirEntry) -> bool {
-    if cfg!(target_os = "linux") {
-        return Path::new("/proc").join(pid.to_string()).exists();
+    if let Some(exists) = rye_space::process_exists(pid) {
+        return exists;
     }
     entry
         .metadata()

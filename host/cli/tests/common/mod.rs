@@ -1,5 +1,7 @@
 //! What more than one test binary needs.
 
+#![allow(dead_code, reason = "each test binary uses its own part of this")]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,4 +49,29 @@ pub fn test_python() -> Option<PathBuf> {
         assert!(installed.success(), "pip install {TEST_PACKAGES:?} failed");
     }
     Some(python)
+}
+
+/// The component cache the tests of one run share (it is keyed by
+/// content, so sharing it only saves compiling).
+pub fn shared_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rye-cli-cache")
+}
+
+/// `command` run in `project` with a clean environment: this process's
+/// `PATH`, `home` as the home folder, `cache` (and its key beside it) as
+/// the cache, no colour.
+pub fn clean_env<'c>(
+    command: &'c mut Command,
+    project: &Path,
+    home: &Path,
+    cache: &Path,
+) -> &'c mut Command {
+    command
+        .current_dir(project)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("RYE_CACHE_DIR", cache)
+        .env("RYE_CACHE_KEY", cache.with_extension("key"))
+        .env("NO_COLOR", "1")
 }
