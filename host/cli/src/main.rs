@@ -586,13 +586,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let failed = outcomes.iter().filter(|o| o.is_err()).count();
             if cli.json {
-                let report: Vec<serde_json::Value> = outcomes
-                    .iter()
-                    .map(|o| match o {
-                        Ok(signed) => serde_json::to_value(signed).unwrap_or_default(),
-                        Err((path, e)) => serde_json::json!({"path": path, "error": e.to_string()}),
-                    })
-                    .collect();
+                let report: Vec<rye_host::SignEntry> =
+                    outcomes.iter().map(rye_host::SignEntry::of).collect();
                 output::json(&mut out, &report)?;
             } else {
                 output::signed(&mut out, &outcomes)?;

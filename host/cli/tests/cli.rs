@@ -418,6 +418,24 @@ fn keys_sign_execute_and_verify_from_the_command_line() {
     let ran: Value = serde_json::from_str(&env.ok(&["execute", "tool", "demo/hi"])).unwrap();
     assert_eq!(ran["data"], serde_json::json!({"hi": 1}), "{ran:#}");
     assert!(env.ok(&["sign", "--all"]).contains("unchanged"));
+    // As JSON: each file signed, or the file and why not.
+    let broken = env.write(".ai/tools/demo/broken.py", "CONFIG = (\n");
+    let out = env.rye(&["--json", "sign", "--all"]);
+    assert_eq!(out.status.code(), Some(1));
+    let entries: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entries = entries.as_array().unwrap();
+    let hi = entries.iter().find(|e| e["path"] == json!(tool)).unwrap();
+    assert_eq!(hi["changed"], false, "{hi:#}");
+    assert!(hi["fingerprint"].is_string(), "{hi:#}");
+    let failed = entries.iter().find(|e| e["path"] == json!(broken)).unwrap();
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("not signed, its parser"),
+        "{failed:#}"
+    );
+    std::fs::remove_file(&broken).unwrap();
     let show = env.json(&["keys", "show"]);
     let mine = show["signing_key"]["fingerprint"].as_str().unwrap();
     assert!(

@@ -55,7 +55,9 @@ pub use load::{LOAD_REPLY_TEXT, LoadRequest, Loaded};
 pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::ParsedItem;
-pub use reply::{ErrorReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply, SignReply, echo};
+pub use reply::{
+    ErrorReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply, SignEntry, SignReply, echo,
+};
 pub use rye::Rye;
 pub use rye_components::{
     CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,

@@ -2,7 +2,7 @@
 //! serialize them and build none of their own.
 
 use std::borrow::Cow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rye_space::{ItemKind, Space};
 use serde::Serialize;
@@ -199,6 +199,27 @@ impl SignAllReply {
             total: outcomes.len(),
             signed,
             failed,
+        }
+    }
+}
+
+/// One file of a signing as `rye sign --json` lists it: the signed file,
+/// or the file and why it was not signed.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SignEntry<'a> {
+    Signed(&'a SignedFile),
+    Failed { path: &'a Path, error: String },
+}
+
+impl<'a> SignEntry<'a> {
+    pub fn of(outcome: &'a SignOutcome) -> Self {
+        match outcome {
+            Ok(signed) => SignEntry::Signed(signed),
+            Err((path, error)) => SignEntry::Failed {
+                path,
+                error: error.to_string(),
+            },
         }
     }
 }
