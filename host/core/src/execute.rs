@@ -25,10 +25,13 @@ use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
 use crate::lockfile::LockState;
+use crate::reply::{
+    DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated,
+};
 use crate::services::HostServices;
 use crate::session::Session;
 use crate::trace::{Event, LockfileStatus, Step};
-use crate::{ErrorReply, HostError, LoadRequest, Rye, Signed};
+use crate::{ChainSummary, ErrorReply, HostError, LoadRequest, Rye, Signed};
 
 /// The adapter used when no element of a chain names one.
 pub const STANDARD_ADAPTER: &str = "rye/standard";
@@ -78,6 +81,38 @@ fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Val
         .of_execution(kind, id)
         .took(started)
         .to_value()
+}
+
+/// A result as the JSON document callers get.
+fn to_value(reply: impl serde::Serialize) -> Value {
+    serde_json::to_value(reply).expect("a reply serializes")
+}
+
+/// The result of a directive or knowledge entry handed to the agent.
+fn item_reply(
+    request: &ExecuteRequest,
+    started: Instant,
+    loaded: crate::Loaded,
+    status: &'static str,
+    data: Value,
+    inputs: Option<Map<String, Value>>,
+    your_directions: String,
+) -> Value {
+    to_value(ItemReply {
+        status,
+        kind: request.kind,
+        item_id: request.id.clone(),
+        data,
+        inputs,
+        your_directions,
+        metadata: ItemMetadata {
+            duration_ms: started.elapsed().as_millis() as u64,
+            path: loaded.path,
+            source: loaded.source,
+        },
+        signature: loaded.signature,
+        warnings: loaded.warnings,
+    })
 }
 
 impl Rye {
@@ -272,9 +307,11 @@ impl Rye {
             })
             .map_err(|e| failure(request.kind, &request.id, &e, started))?;
         if let Some((refused, error_type)) = &loaded.refused {
-            let mut result = error_result(request.kind, &request.id, refused, started);
-            result["error_type"] = json!(error_type);
-            return Err(result);
+            return Err(ErrorReply::new(refused)
+                .class(error_type)
+                .of_execution(request.kind, &request.id)
+                .took(started)
+                .to_value());
         }
         if let Some(error) = &loaded.parse_error {
             return Err(error_result(request.kind, &request.id, error, started));
@@ -319,19 +356,19 @@ impl Rye {
             .map(String::as_str)
             .filter(|k| !names.contains(k))
             .collect();
+        let refuse = |error: String| {
+            ErrorReply::new(error)
+                .of_execution(ItemKind::Directive, &request.id)
+                .took(started)
+                .declared_inputs(json!(declared))
+                .to_value()
+        };
         if !unknown.is_empty() {
-            let mut result = error_result(
-                ItemKind::Directive,
-                &request.id,
-                format!(
-                    "unknown parameters: {}; valid inputs: {}",
-                    unknown.join(", "),
-                    names.join(", ")
-                ),
-                started,
-            );
-            result["declared_inputs"] = json!(declared);
-            return result;
+            return refuse(format!(
+                "unknown parameters: {}; valid inputs: {}",
+                unknown.join(", "),
+                names.join(", ")
+            ));
         }
         let mut inputs = Map::new();
         let mut missing = Vec::new();
@@ -353,14 +390,7 @@ impl Rye {
             }
         }
         if !missing.is_empty() {
-            let mut result = error_result(
-                ItemKind::Directive,
-                &request.id,
-                format!("missing required inputs: {}", missing.join(", ")),
-                started,
-            );
-            result["declared_inputs"] = json!(declared);
-            return result;
+            return refuse(format!("missing required inputs: {}", missing.join(", ")));
         }
         let body = fill_inputs(
             loaded
@@ -377,25 +407,25 @@ impl Rye {
         } else {
             "success"
         };
-        let mut result = json!({
-            "status": status,
-            "type": "directive",
-            "item_id": request.id,
-            "data": data,
-            "inputs": inputs,
-            "your_directions": format!(
-                "Follow the directive {:?}: carry out its process steps in order with the inputs given, and \
-                 meet its success criteria.{}",
-                request.id,
-                if body.is_empty() { String::new() } else { format!("\n\n{body}") }
-            ),
-            "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
-            "signature": loaded.signature,
-        });
-        if !loaded.warnings.is_empty() {
-            result["warnings"] = json!(loaded.warnings);
-        }
-        result
+        let directions = format!(
+            "Follow the directive {:?}: carry out its process steps in order with the inputs given, and \
+             meet its success criteria.{}",
+            request.id,
+            if body.is_empty() {
+                String::new()
+            } else {
+                format!("\n\n{body}")
+            }
+        );
+        item_reply(
+            request,
+            started,
+            loaded,
+            status,
+            data,
+            Some(inputs),
+            directions,
+        )
     }
 
     fn execute_knowledge(&self, request: &ExecuteRequest, started: Instant) -> Value {
@@ -405,19 +435,16 @@ impl Rye {
         };
         let mut data = loaded.parsed.clone();
         data.entry("name").or_insert_with(|| json!(request.id));
-        let mut result = json!({
-            "status": "success",
-            "type": "knowledge",
-            "item_id": request.id,
-            "data": data,
-            "your_directions": "Use this knowledge to inform your decisions.",
-            "metadata": {"duration_ms": started.elapsed().as_millis() as u64, "path": loaded.path, "source": loaded.source},
-            "signature": loaded.signature,
-        });
-        if !loaded.warnings.is_empty() {
-            result["warnings"] = json!(loaded.warnings);
-        }
-        result
+        let directions = "Use this knowledge to inform your decisions.".to_owned();
+        item_reply(
+            request,
+            started,
+            loaded,
+            "success",
+            Value::Object(data),
+            None,
+            directions,
+        )
     }
 }
 
@@ -530,7 +557,7 @@ struct ToolRun<'a> {
     trace: Vec<Event>,
     warnings: Vec<String>,
     /// The chain as results show it, once it is built.
-    summaries: Option<Value>,
+    summaries: Option<Vec<ChainSummary>>,
     timings: Timings,
 }
 
@@ -573,31 +600,25 @@ impl<'a> ToolRun<'a> {
     }
 
     /// The error result for `error`, with what the execution knows so far.
-    fn fail(&mut self, error: impl std::fmt::Display, error_type: Option<&str>) -> Value {
-        let mut result = error_result(ItemKind::Tool, &self.request.id, error, self.started);
-        if let Some(error_type) = error_type {
-            result["error_type"] = json!(error_type);
+    fn fail(&mut self, error: ErrorReply) -> Value {
+        let mut reply = error
+            .of_execution(ItemKind::Tool, &self.request.id)
+            .took(self.started);
+        if let Some(summaries) = self.summaries.take() {
+            let (warnings, trace) = self.finish();
+            reply = reply.so_far(summaries, warnings, trace);
         }
-        let Some(summaries) = &self.summaries else {
-            return result;
-        };
-        result["chain"] = summaries.clone();
-        self.finish(&mut result);
-        result
+        reply.to_value()
     }
 
     fn host_failure(&mut self, error: &HostError) -> Value {
-        self.fail(error, Some(error.error_type()))
+        self.fail(ErrorReply::host(error))
     }
 
-    /// Adds the warnings and, when asked for, the trace.
-    fn finish(&mut self, result: &mut Value) {
-        if !self.warnings.is_empty() {
-            result["warnings"] = json!(self.warnings);
-        }
-        if self.request.trace {
-            result["trace"] = json!(std::mem::take(&mut self.trace));
-        }
+    /// The warnings, and the trace when it was asked for.
+    fn finish(&mut self) -> (Vec<String>, Option<Vec<Event>>) {
+        let trace = self.request.trace.then(|| std::mem::take(&mut self.trace));
+        (std::mem::take(&mut self.warnings), trace)
     }
 
     /// The chain, from the tool to the primitive, each element verified.
@@ -622,7 +643,7 @@ impl<'a> ToolRun<'a> {
                 });
             }
         }
-        self.summaries = Some(json!(chain.summaries()));
+        self.summaries = Some(chain.summaries());
         self.warnings = chain.warnings.clone();
         Ok(chain)
     }
@@ -675,17 +696,18 @@ impl<'a> ToolRun<'a> {
     }
 
     fn dry_run_result(&mut self, chain: &Chain) -> Value {
-        let mut result = json!({
-            "status": "validation_passed",
-            "message": "Tool chain validation passed (dry run)",
-            "type": "tool",
-            "item_id": self.request.id,
-            "chain": self.summaries,
-            "validated_pairs": chain.elements.len() - 1,
-            "metadata": {"duration_ms": self.started.elapsed().as_millis() as u64},
-        });
-        self.finish(&mut result);
-        result
+        let (warnings, trace) = self.finish();
+        to_value(DryRunReply {
+            status: "validation_passed",
+            message: "Tool chain validation passed (dry run)",
+            kind: ItemKind::Tool,
+            item_id: self.request.id.clone(),
+            chain: self.summaries.take().unwrap_or_default(),
+            validated_pairs: chain.elements.len() - 1,
+            metadata: Took::since(self.started),
+            warnings,
+            trace,
+        })
     }
 
     /// The process, as the chain's runtime adapter plans it.
@@ -769,7 +791,7 @@ impl<'a> ToolRun<'a> {
         };
         let outcome = rye_process::run(&process, &Capture::default())
             .await
-            .map_err(|e| self.fail(e, None))?;
+            .map_err(|e| self.fail(ErrorReply::new(e)))?;
         self.step(Step::Primitive {
             containment: rye_process::containment().as_str(),
             return_code: outcome.code,
@@ -807,30 +829,32 @@ impl<'a> ToolRun<'a> {
                     .push(format!("the lockfile could not be written: {e}")),
             }
         }
-        let mut result = json!({
-            "status": if error.is_none() { "success" } else { "error" },
-            "type": "tool",
-            "item_id": self.request.id,
-            "data": data,
-            "chain": self.summaries,
-            "metadata": {
-                "duration_ms": self.started.elapsed().as_millis() as u64,
-                "chain_us": self.timings.chain_us,
-                "validate_us": self.timings.validate_us,
-                "plan_us": self.timings.plan_us,
-                "process_us": outcome.duration.as_micros() as u64,
-                "return_code": outcome.code,
-                "lockfile_used": matches!(lock, LockState::Used(_)),
-                "lockfile_created": lockfile_created,
+        let (warnings, trace) = self.finish();
+        to_value(ToolReply {
+            status: if error.is_none() { "success" } else { "error" },
+            kind: ItemKind::Tool,
+            item_id: self.request.id.clone(),
+            data,
+            chain: self.summaries.take().unwrap_or_default(),
+            metadata: ToolMetadata {
+                duration_ms: self.started.elapsed().as_millis() as u64,
+                chain_us: self.timings.chain_us,
+                validate_us: self.timings.validate_us,
+                plan_us: self.timings.plan_us,
+                process_us: outcome.duration.as_micros() as u64,
+                return_code: outcome.code,
+                lockfile_used: matches!(lock, LockState::Used(_)),
+                lockfile_created,
+                truncated: (outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0).then_some(
+                    Truncated {
+                        stdout_bytes: outcome.stdout_dropped,
+                        stderr_bytes: outcome.stderr_dropped,
+                    },
+                ),
             },
-        });
-        if let Some(error) = error {
-            result["error"] = json!(error);
-        }
-        if outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0 {
-            result["metadata"]["truncated"] = json!({"stdout_bytes": outcome.stdout_dropped, "stderr_bytes": outcome.stderr_dropped});
-        }
-        self.finish(&mut result);
-        result
+            warnings,
+            error,
+            trace,
+        })
     }
 }

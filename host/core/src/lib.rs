@@ -56,7 +56,8 @@ pub use lockfile::LOCKFILES_DIR;
 pub use metadata::normalize;
 pub use parse::ParsedItem;
 pub use reply::{
-    ErrorReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply, SignEntry, SignReply, echo,
+    DryRunReply, ErrorReply, ItemMetadata, ItemReply, MAX_ECHOED_ID, MAX_ERROR_TEXT, SignAllReply,
+    SignEntry, SignReply, Took, ToolMetadata, ToolReply, Truncated, echo,
 };
 pub use rye::Rye;
 pub use rye_components::{

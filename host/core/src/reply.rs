@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use rye_space::{ItemKind, Space};
 use serde::Serialize;
 
-use crate::{HostError, SignOutcome, SignedFile};
+use serde_json::{Map, Value};
+
+use crate::{ChainSummary, Event, HostError, SignOutcome, SignedFile};
 
 /// The longest error message a result carries: a message may quote what a
 /// file or a caller sent.
@@ -34,11 +36,30 @@ pub struct ErrorReply {
     pub error_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<Took>,
+    /// An execution's chain, when it was built before the failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chain: Option<Vec<ChainSummary>>,
+    /// A directive's inputs, when the parameters did not fit them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    declared_inputs: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: Option<Vec<Event>>,
 }
 
+/// How long a request ran.
 #[derive(Debug, Clone, Serialize)]
-struct Took {
-    duration_ms: u64,
+pub struct Took {
+    pub duration_ms: u64,
+}
+
+impl Took {
+    pub fn since(started: std::time::Instant) -> Self {
+        Self {
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
 }
 
 impl ErrorReply {
@@ -53,14 +74,41 @@ impl ErrorReply {
             error: rye_space::shorten(&error.to_string(), MAX_ERROR_TEXT).into_owned(),
             error_type: None,
             metadata: None,
+            chain: None,
+            declared_inputs: None,
+            warnings: Vec::new(),
+            trace: None,
         }
+    }
+
+    /// The failure's class, where it is known without the error itself.
+    pub fn class(mut self, error_type: &'static str) -> Self {
+        self.error_type = Some(error_type);
+        self
+    }
+
+    /// What an execution had got to: its chain, warnings and trace.
+    pub(crate) fn so_far(
+        mut self,
+        chain: Vec<ChainSummary>,
+        warnings: Vec<String>,
+        trace: Option<Vec<Event>>,
+    ) -> Self {
+        self.chain = Some(chain);
+        self.warnings = warnings;
+        self.trace = trace;
+        self
+    }
+
+    /// The inputs a directive declares.
+    pub(crate) fn declared_inputs(mut self, inputs: Value) -> Self {
+        self.declared_inputs = Some(inputs);
+        self
     }
 
     /// How long the request ran, as `metadata.duration_ms`.
     pub fn took(mut self, started: std::time::Instant) -> Self {
-        self.metadata = Some(Took {
-            duration_ms: started.elapsed().as_millis() as u64,
-        });
+        self.metadata = Some(Took::since(started));
         self
     }
 
@@ -222,4 +270,89 @@ impl<'a> SignEntry<'a> {
             },
         }
     }
+}
+
+/// A tool's run, finished: its data, the chain that ran it and what each
+/// stage took.
+#[derive(Debug, Serialize)]
+pub struct ToolReply {
+    /// `success`, or `error` when the tool failed.
+    pub status: &'static str,
+    #[serde(rename = "type")]
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub data: Value,
+    pub chain: Vec<ChainSummary>,
+    pub metadata: ToolMetadata,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Vec<Event>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ToolMetadata {
+    pub duration_ms: u64,
+    pub chain_us: u64,
+    pub validate_us: u64,
+    pub plan_us: u64,
+    pub process_us: u64,
+    pub return_code: Option<i32>,
+    pub lockfile_used: bool,
+    pub lockfile_created: bool,
+    /// Output read past the capture caps and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncated>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Truncated {
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
+/// A tool's chain built and validated, nothing run.
+#[derive(Debug, Serialize)]
+pub struct DryRunReply {
+    pub status: &'static str,
+    pub message: &'static str,
+    #[serde(rename = "type")]
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub chain: Vec<ChainSummary>,
+    pub validated_pairs: usize,
+    pub metadata: Took,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Vec<Event>>,
+}
+
+/// A directive or knowledge entry, "executed": handed to the agent with
+/// what to do with it.
+#[derive(Debug, Serialize)]
+pub struct ItemReply {
+    /// `success`, or `validation_passed` for a dry run.
+    pub status: &'static str,
+    #[serde(rename = "type")]
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub data: Value,
+    /// A directive's inputs, filled from the parameters and defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Map<String, Value>>,
+    pub your_directions: String,
+    pub metadata: ItemMetadata,
+    pub signature: Value,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ItemMetadata {
+    pub duration_ms: u64,
+    pub path: PathBuf,
+    pub source: Space,
 }
