@@ -12,6 +12,9 @@
 //! Every request goes to this machine's loopback address; the loops are
 //! bounded in count and time.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -24,14 +27,9 @@ struct Server {
 
 impl Server {
     fn start(home: &std::path::Path, cache: &std::path::Path, args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rye"))
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home)
-            .env("RYE_CACHE_DIR", cache)
-            .env("RYE_CACHE_KEY", cache.with_extension("key"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        command.args(["serve", "--http", "127.0.0.1:0"]).args(args);
+        let mut child = common::clean_env(&mut command, home, home, cache)
             .env("RYE_LOG", "error")
             .stderr(Stdio::piped())
             .spawn()

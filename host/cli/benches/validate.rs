@@ -7,6 +7,9 @@
 //! three elements), 20% directives, 20% knowledge entries. Each size is
 //! run five times after one warm-up run; the median is reported.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,17 +18,15 @@ const SIZES: [usize; 4] = [500, 1_000, 2_000, 5_000];
 const RUNS: usize = 5;
 
 fn rye(home: &Path, cache: &Path, project: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_rye"))
-        .args(args)
-        .current_dir(project)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("RYE_CACHE_DIR", cache)
-        .env("RYE_CACHE_KEY", cache.with_extension("key"))
-        .env("RYE_LOG", "error")
-        .output()
-        .unwrap();
+    let out = common::clean_env(
+        Command::new(env!("CARGO_BIN_EXE_rye")).args(args),
+        project,
+        home,
+        cache,
+    )
+    .env("RYE_LOG", "error")
+    .output()
+    .unwrap();
     assert!(
         out.status.code().is_some_and(|c| c <= 1),
         "rye {args:?} failed:\n{}",
