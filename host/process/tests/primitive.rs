@@ -302,3 +302,17 @@ where
     }
     outputs
 }
+
+#[test]
+fn an_environment_name_that_cannot_be_one_is_refused() {
+    // An adapter's plan is a component's output: names with `=`, empty
+    // names and NUL bytes are refused, not passed on mangled.
+    for (name, value) in [("A=B", "x"), ("", "x"), ("A\0B", "x"), ("OK", "x\0y")] {
+        let error = refused(Plan::new("/bin/true").env(name, value));
+        assert_eq!(
+            error.source.kind(),
+            std::io::ErrorKind::InvalidInput,
+            "{name:?}: {error}"
+        );
+    }
+}
