@@ -357,6 +357,55 @@ fn withheld_variables_reach_neither_the_adapter_nor_the_tool() {
     );
 }
 
+/// A project's own virtualenv runs its Python tools: the venv's `python`
+/// is a link out of the project (which the sandboxed adapter cannot
+/// follow), and a package only the venv has imports.
+#[test]
+fn a_projects_virtualenv_runs_its_python_tools() {
+    let env = Env::new();
+    let venv = env.project.path().join(".venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        rye_test_artifacts::skip("the virtualenv check", "no python3 with venv here");
+        return;
+    }
+    assert!(
+        venv.join("bin/python")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink(),
+        "venv made no link"
+    );
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .unwrap();
+    std::fs::write(site.join("rye_venv_probe.py"), "WHERE = 'venv'\n").unwrap();
+    env.write(
+        ".ai/tools/demo/probe.py",
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nimport json\nimport rye_venv_probe\nprint(json.dumps({'where': rye_venv_probe.WHERE}))\n",
+    );
+    let result = env.json(&[
+        "--allow-unsigned-project",
+        "execute",
+        "tool",
+        "demo/probe",
+        "--trace",
+    ]);
+    assert_eq!(result["data"]["where"], "venv", "{result:#}");
+    let interpreter = trace_step(&result, "interpreter").unwrap();
+    assert_eq!(interpreter["source"], "found", "{interpreter:#}");
+    assert_eq!(
+        interpreter["value"],
+        json!(venv.join("bin/python")),
+        "{interpreter:#}"
+    );
+}
+
 #[test]
 fn execute_reads_parameters_from_stdin() {
     use std::io::Write as _;

@@ -52,6 +52,12 @@ impl Host for Granted {
         std::fs::metadata(path).is_ok_and(|m| m.is_file())
     }
 
+    fn is_program(&self, path: &str) -> bool {
+        // A virtualenv's `python` is a link to an interpreter outside what
+        // the adapter is shown, so the link is all there is to see here.
+        self.is_file(path) || std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink())
+    }
+
     fn read_file(&self, path: &str) -> Option<String> {
         std::fs::read_to_string(path).ok()
     }
@@ -97,6 +103,9 @@ mod tests {
         }
         fn is_file(&self, path: &str) -> bool {
             self.files.contains_key(path)
+        }
+        fn is_program(&self, path: &str) -> bool {
+            self.is_file(path)
         }
         fn read_file(&self, path: &str) -> Option<String> {
             self.files.get(path).cloned()

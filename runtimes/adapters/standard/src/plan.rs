@@ -50,6 +50,9 @@ pub trait Host {
     fn run_declared_command(&self, item_id: &str) -> Result<String, String>;
     fn read_config(&self, space: Space, path: &str) -> Result<Option<String>, String>;
     fn is_file(&self, path: &str) -> bool;
+    /// A file, or a link to one (which may lie outside what the adapter
+    /// sees): what an interpreter search accepts.
+    fn is_program(&self, path: &str) -> bool;
     fn read_file(&self, path: &str) -> Option<String>;
 }
 
@@ -440,7 +443,7 @@ fn resolve_interpreter(
                 for sub in &search_paths {
                     for name in &names {
                         let candidate = join(&join(root, sub), name);
-                        if host.is_file(&candidate) {
+                        if host.is_program(&candidate) {
                             found = Some(candidate);
                             break 'search;
                         }
