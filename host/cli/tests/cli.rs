@@ -406,6 +406,53 @@ fn a_projects_virtualenv_runs_its_python_tools() {
     );
 }
 
+/// Directives written for the original fill `{input:…}` placeholders in
+/// every form: required (kept as written when missing), optional (`?`),
+/// and with a default after `:` or `|`.
+#[test]
+fn a_directive_fills_every_input_placeholder_form() {
+    let env = Env::new();
+    env.write(
+        ".ai/directives/demo/forms.md",
+        "```xml\n<directive name=\"forms\" version=\"1.0.0\">\n  <metadata><description>Forms</description></metadata>\n\
+         <inputs>\n    <input name=\"who\" type=\"string\" required=\"true\">Who</input>\n    <input name=\"place\" type=\"string\">Where</input>\n    <input name=\"count\" type=\"integer\">How many</input>\n  </inputs>\n\
+         <process><step name=\"say\"><description>Greet {input:who} at {input:place:home}, {input:count|1} times{input:suffix?}</description></step></process>\n</directive>\n```\n\n\
+         Greet {input:who} at {input:place|home} ({input:mood?}) {input:missing} {who} {input:bad name}.\n",
+    );
+    let run = |params: Value| {
+        env.json(&[
+            "--allow-unsigned-project",
+            "execute",
+            "directive",
+            "demo/forms",
+            "--params",
+            &params.to_string(),
+        ])
+    };
+    let given = run(json!({"who": "Ada", "place": "the lab", "count": 3}));
+    assert_eq!(
+        given["data"]["process"][0]["description"], "Greet Ada at the lab, 3 times",
+        "{given:#}"
+    );
+    let directions = given["your_directions"].as_str().unwrap();
+    assert!(
+        directions.ends_with("Greet Ada at the lab () {input:missing} Ada {input:bad name}."),
+        "{directions}"
+    );
+    let defaults = run(json!({"who": "Bo"}));
+    assert_eq!(
+        defaults["data"]["process"][0]["description"], "Greet Bo at home, 1 times",
+        "{defaults:#}"
+    );
+    assert!(
+        defaults["your_directions"]
+            .as_str()
+            .unwrap()
+            .ends_with("Greet Bo at home () {input:missing} Bo {input:bad name}."),
+        "{defaults:#}"
+    );
+}
+
 #[test]
 fn execute_reads_parameters_from_stdin() {
     use std::io::Write as _;

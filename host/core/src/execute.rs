@@ -508,23 +508,26 @@ fn tool_output(outcome: &Outcome, timeout_ms: Option<u64>) -> (Value, Option<Str
     (data, error)
 }
 
-/// `{name}` in a directive's text replaced by input values (strings as
-/// they are, other values as JSON); unknown names stay.
+/// `text` with its input placeholders filled: `{name}` and `{input:name}`
+/// take the input's value and stay as written when it is missing;
+/// `{input:name?}` becomes empty when it is missing; `{input:name:default}`
+/// and `{input:name|default}` fall back to the default. A string value is
+/// put in as it is, any other as JSON.
 fn fill_inputs(text: &str, inputs: &Map<String, Value>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        match after.find('}').map(|close| (&after[..close], close)) {
-            Some((name, close)) if inputs.contains_key(name) => {
-                match &inputs[name] {
-                    Value::String(s) => out.push_str(s),
-                    other => out.push_str(&other.to_string()),
-                }
+        let filled = after
+            .find('}')
+            .and_then(|close| Some((placeholder(&after[..close], inputs)?, close)));
+        match filled {
+            Some((value, close)) => {
+                out.push_str(&value);
                 rest = &after[close + 1..];
             }
-            _ => {
+            None => {
                 out.push('{');
                 rest = after;
             }
@@ -532,6 +535,36 @@ fn fill_inputs(text: &str, inputs: &Map<String, Value>) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// What the placeholder `{inner}` becomes, or `None` to keep it as written.
+fn placeholder(inner: &str, inputs: &Map<String, Value>) -> Option<String> {
+    let text = |value: &Value| match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let Some(spec) = inner.strip_prefix("input:") else {
+        return inputs.get(inner).map(text);
+    };
+    let (name, missing) = if let Some(name) = spec.strip_suffix('?') {
+        (name, Some(""))
+    } else if let Some(at) = spec.find([':', '|']) {
+        (&spec[..at], Some(&spec[at + 1..]))
+    } else {
+        (spec, None)
+    };
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !plain {
+        return None;
+    }
+    match (inputs.get(name), missing) {
+        (Some(value), _) => Some(text(value)),
+        (None, Some(fallback)) => Some(fallback.to_owned()),
+        (None, None) => None,
+    }
 }
 
 fn fill_values(value: &mut Value, inputs: &Map<String, Value>) {
