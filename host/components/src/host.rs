@@ -389,8 +389,6 @@ impl ComponentHost {
     }
 }
 
-/// Only a runtime adapter may ask the host questions; a parser or validator
-/// that imports `rye:plugin/host` wants more than its world grants.
 /// The linker of `world`: WASI (whose grants each call's context makes),
 /// and `rye:plugin/host` only for a world the gate lets make host calls.
 fn world_linker(engine: &Engine, world: World) -> Result<Linker<CallState>, wasmtime::Error> {
@@ -412,8 +410,8 @@ fn world_index(world: World) -> usize {
         .expect("every world is in World::ALL")
 }
 
-/// A clearer refusal than the linker's for a component that imports the
-/// host interface its world is not granted.
+/// A clearer refusal than the linker's for a parser or validator that
+/// imports `rye:plugin/host`: it wants more than its world grants.
 fn check_imports(
     component: &Component,
     engine: &Engine,

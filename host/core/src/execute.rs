@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use crate::chain::Chain;
 use crate::lockfile::LockState;
 use crate::reply::{
-    DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated,
+    DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
 };
 use crate::services::HostServices;
 use crate::session::Session;
@@ -81,11 +81,6 @@ fn failure(kind: ItemKind, id: &str, error: &HostError, started: Instant) -> Val
         .of_execution(kind, id)
         .took(started)
         .to_value()
-}
-
-/// A result as the JSON document callers get.
-fn to_value(reply: impl serde::Serialize) -> Value {
-    serde_json::to_value(reply).expect("a reply serializes")
 }
 
 /// The result of a directive or knowledge entry handed to the agent.

@@ -147,9 +147,14 @@ impl ErrorReply {
     }
 
     /// As a JSON document.
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("a reply serializes")
+    pub fn to_value(&self) -> Value {
+        to_value(self)
     }
+}
+
+/// A reply as the JSON document callers get.
+pub(crate) fn to_value(reply: impl Serialize) -> Value {
+    serde_json::to_value(reply).expect("a reply serializes")
 }
 
 /// An id as a result repeats it, cut to [`MAX_ECHOED_ID`].
