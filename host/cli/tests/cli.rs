@@ -647,6 +647,56 @@ fn validate_reports_each_problem_with_file_and_line_and_exits_by_severity() {
     );
 }
 
+/// A signed anchored package validates clean: the helper modules its
+/// runtime's `verify_deps` checks are dependencies, verified by signature,
+/// not tools whose chain is broken; the same helper outside any anchor is
+/// still a chain error, and a tampered helper still a signature error.
+#[test]
+fn validate_treats_anchored_helpers_as_dependencies() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    env.write(
+        ".ai/tools/demo/pkg/main.py",
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n__category__ = 'demo/pkg'\n__tool_type__ = 'python'\n\
+         __tool_description__ = 'Greets through a helper module'\n\
+         import json\nfrom lib.helper import greet\nprint(json.dumps({'said': greet()}))\n",
+    );
+    env.write(".ai/tools/demo/pkg/__init__.py", "");
+    env.write(
+        ".ai/tools/demo/pkg/lib/helper.py",
+        "def greet():\n    return 'hello from the helper'\n",
+    );
+    env.ok(&["sign", "--all"]);
+    let report = env.ok(&["validate", "--require-signed"]);
+    assert!(report.contains(": 0 errors, 0 warnings"), "{report}");
+    let ran = env.json(&["execute", "tool", "demo/pkg/main"]);
+    assert_eq!(ran["data"]["said"], "hello from the helper", "{ran:#}");
+
+    // Tampered, the helper is refused by both.
+    let helper = env.project.path().join(".ai/tools/demo/pkg/lib/helper.py");
+    let signed = std::fs::read_to_string(&helper).unwrap();
+    std::fs::write(&helper, signed.replace("hello", "HELLO")).unwrap();
+    let tampered = env.rye(&["validate"]);
+    assert_eq!(tampered.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&tampered.stdout);
+    assert!(
+        text.contains("helper.py") && text.contains("signature"),
+        "{text}"
+    );
+    std::fs::write(&helper, &signed).unwrap();
+
+    // Without the anchor's marker it is no dependency: a broken chain root.
+    std::fs::remove_file(env.project.path().join(".ai/tools/demo/pkg/__init__.py")).unwrap();
+    let unanchored = env.rye(&["validate"]);
+    assert_eq!(unanchored.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&unanchored.stdout);
+    assert!(
+        text.contains("error[chain]") && text.contains("demo/pkg/lib/helper"),
+        "{text}"
+    );
+}
+
 mod common;
 
 /// Installs the component at `built` as `.ai/validators/<name>.wasm`.

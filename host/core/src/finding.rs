@@ -22,3 +22,18 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validator: Option<String>,
 }
+
+impl Finding {
+    /// An error about a whole file (no position), from the host itself.
+    pub fn error(path: &std::path::Path, rule: &str, message: String) -> Self {
+        Self {
+            path: path.to_owned(),
+            line: None,
+            column: None,
+            severity: Severity::Error,
+            rule: rule.into(),
+            message,
+            validator: None,
+        }
+    }
+}

@@ -309,32 +309,10 @@ impl Rye {
         chain: &crate::Chain,
         anchor: Option<&Path>,
     ) -> Result<Vec<(PathBuf, Signed)>, HostError> {
-        let Some(rule) = chain
-            .elements
-            .iter()
-            .find_map(|e| e.metadata.get("verify_deps"))
-            .and_then(DepsRule::from)
-        else {
-            return Ok(Vec::new());
-        };
-        let Some(anchor) = anchor else {
+        let Some((files, real_base)) = deps_files(chain, anchor)? else {
             return Ok(Vec::new());
         };
         let tool = chain.tool();
-        let tool_dir = tool.path.parent().unwrap_or(Path::new("/"));
-        let (base, recursive) = match rule.scope.as_str() {
-            "tool_file" => return Ok(Vec::new()),
-            "tool_siblings" => (tool_dir, false),
-            "tool_dir" => (tool_dir, rule.recursive),
-            "anchor" => (anchor, rule.recursive),
-            other => {
-                return Err(HostError::DepsScope(other.to_owned()));
-            }
-        };
-        let real_base = base.canonicalize().map_err(|e| HostError::io(base, e))?;
-        let mut files = Vec::new();
-        collect_deps(&rule, base, recursive, &mut files)?;
-        files.sort();
         let mut checked = Vec::new();
         for file in files {
             let real = file.canonicalize().map_err(|e| HostError::io(&file, e))?;
@@ -378,6 +356,88 @@ impl Rye {
             .insert(path.to_owned(), (stamp, hash));
         Ok(hash)
     }
+}
+
+/// The files `verify_deps` selects for `chain` with its anchor at
+/// `anchor`, sorted, and the real (resolved) folder they must stay in;
+/// `None` when the chain has no rule or no active anchor.
+fn deps_files(
+    chain: &crate::Chain,
+    anchor: Option<&Path>,
+) -> Result<Option<(Vec<PathBuf>, PathBuf)>, HostError> {
+    let Some(rule) = chain
+        .elements
+        .iter()
+        .find_map(|e| e.metadata.get("verify_deps"))
+        .and_then(DepsRule::from)
+    else {
+        return Ok(None);
+    };
+    let Some(anchor) = anchor else {
+        return Ok(None);
+    };
+    let tool_dir = chain.tool().path.parent().unwrap_or(Path::new("/"));
+    let (base, recursive) = match rule.scope.as_str() {
+        "tool_file" => return Ok(None),
+        "tool_siblings" => (tool_dir, false),
+        "tool_dir" => (tool_dir, rule.recursive),
+        "anchor" => (anchor, rule.recursive),
+        other => return Err(HostError::DepsScope(other.to_owned())),
+    };
+    let real_base = base.canonicalize().map_err(|e| HostError::io(base, e))?;
+    let mut files = Vec::new();
+    collect_deps(&rule, base, recursive, &mut files)?;
+    files.sort();
+    Ok(Some((files, real_base)))
+}
+
+/// Where the chain's anchor would be, read from its `anchor` key without
+/// running the adapter: `mode: always`, or `auto` with one of
+/// `markers_any` in the tool's folder; `root` placing it. What `rye
+/// validate` uses to tell a tool's dependencies from tools.
+pub(crate) fn static_anchor(chain: &crate::Chain, project: &Path) -> Option<PathBuf> {
+    let config = chain
+        .elements
+        .iter()
+        .find_map(|e| e.metadata.get("anchor"))?;
+    let enabled = config.get("enabled").and_then(serde_json::Value::as_bool) == Some(true);
+    let mode = config
+        .get("mode")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("auto");
+    let tool_dir = chain.tool().path.parent()?;
+    let marked = config
+        .get("markers_any")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|markers| {
+            markers
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .any(|m| tool_dir.join(m).is_file())
+        });
+    if !enabled || !(mode == "always" || (mode == "auto" && marked)) {
+        return None;
+    }
+    match config
+        .get("root")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("tool_dir")
+    {
+        "tool_dir" => Some(tool_dir.to_owned()),
+        "tool_parent" => tool_dir.parent().map(Path::to_owned),
+        "project_path" => Some(project.to_owned()),
+        _ => None,
+    }
+}
+
+/// The dependency files of `chain` as `verify_deps` would select them at
+/// run time, with the anchor placed statically (see [`static_anchor`]).
+pub(crate) fn static_deps(
+    chain: &crate::Chain,
+    project: &Path,
+) -> Result<Vec<PathBuf>, HostError> {
+    let anchor = static_anchor(chain, project);
+    Ok(deps_files(chain, anchor.as_deref())?.map_or_else(Vec::new, |(files, _)| files))
 }
 
 fn collect_deps(

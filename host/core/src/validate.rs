@@ -84,32 +84,24 @@ impl Rye {
                 spaces.list_cached(&self.listings, kind, Space::Project, &extractor.extensions)?;
             for item in listed.iter() {
                 if let Some(escape) = item.escape_error(&ai) {
-                    conflicts.push(Finding {
-                        path: item.path.clone(),
-                        line: None,
-                        column: None,
-                        severity: Severity::Error,
-                        rule: "link-escape".into(),
-                        message: escape.to_string(),
-                        validator: None,
-                    });
+                    conflicts.push(Finding::error(
+                        &item.path,
+                        "link-escape",
+                        escape.to_string(),
+                    ));
                     continue;
                 }
                 items.push((kind, item.id.clone(), item.path.clone()));
                 if !item.conflicts.is_empty() {
-                    conflicts.push(Finding {
-                        path: item.path.clone(),
-                        line: None,
-                        column: None,
-                        severity: Severity::Error,
-                        rule: "conflict".into(),
-                        message: format!(
+                    conflicts.push(Finding::error(
+                        &item.path,
+                        "conflict",
+                        format!(
                             "{kind} {:?} has more than one file in this space: {}",
                             item.id,
                             rye_space::display_paths(&item.conflicts)
                         ),
-                        validator: None,
-                    });
+                    ));
                 }
             }
         }
@@ -120,12 +112,24 @@ impl Rye {
             crate::validators::Admission::Sandboxed,
         )?;
         let findings = Mutex::new(conflicts);
+        // Tools with no executor wait until every chain is known: those
+        // under an anchor are the signed helpers `verify_deps` checks, not
+        // chain roots.
+        let deferred = Mutex::new(Vec::new());
+        let dependencies = Mutex::new(Dependencies::default());
         let done = std::sync::atomic::AtomicUsize::new(0);
         let chains = std::sync::atomic::AtomicUsize::new(0);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let workers = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
             .min(8);
+        let tool_check = ToolCheck {
+            session: &session,
+            validators: &validators,
+            chains: &chains,
+            dependencies: &dependencies,
+            root,
+        };
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 scope.spawn(|| {
@@ -143,36 +147,21 @@ impl Rye {
                             options,
                             &mut found,
                         );
-                        let document = parsed.as_ref().and_then(|p| {
-                            p.outcome.as_ref().as_ref().ok().map(|d| (p, &d.document))
-                        });
-                        if let Some((parsed, document)) = document {
-                            validators.check_item(self, parsed, document, &mut found);
+                        let maybe_dependency = *kind == ItemKind::Tool
+                            && parsed.as_ref().is_some_and(|p| {
+                                p.outcome.as_ref().as_ref().is_ok_and(|d| {
+                                    !is_extractor(&d.document) && !has_executor(&d.document)
+                                })
+                            });
+                        if maybe_dependency {
+                            deferred
+                                .lock()
+                                .expect("deferred lock")
+                                .push((i, parsed, found));
+                        } else {
+                            tool_check.run(self, (*kind, id, path), parsed.as_ref(), &mut found);
+                            findings.lock().expect("findings lock").extend(found);
                         }
-                        if *kind == ItemKind::Tool
-                            && !document.is_some_and(|(_, d)| is_extractor(d))
-                            && found.iter().all(|f| f.severity != Severity::Error)
-                        {
-                            chains.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            match self.build_chain(&session, id) {
-                                Ok(chain) => validators.check_chain(self, &chain, &mut found),
-                                Err(e) => found.push(Finding {
-                                    path: path.clone(),
-                                    line: None,
-                                    column: None,
-                                    severity: Severity::Error,
-                                    rule: if matches!(e, HostError::Integrity { .. }) {
-                                        "signature"
-                                    } else {
-                                        "chain"
-                                    }
-                                    .into(),
-                                    message: e.to_string(),
-                                    validator: None,
-                                }),
-                            }
-                        }
-                        findings.lock().expect("findings lock").extend(found);
                         let done = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                         if let Some(progress) = options.progress {
                             progress(done, items.len());
@@ -181,6 +170,21 @@ impl Rye {
                 });
             }
         });
+        let mut deferred = deferred.into_inner().expect("deferred lock");
+        deferred.sort_by_key(|(i, _, _)| *i);
+        for (i, parsed, mut found) in deferred {
+            let (kind, id, path) = &items[i];
+            // A dependency is checked as one: its signature and its parse.
+            let dependency = dependencies
+                .lock()
+                .expect("dependencies lock")
+                .files
+                .contains(path);
+            if !dependency {
+                tool_check.run(self, (*kind, id, path), parsed.as_ref(), &mut found);
+            }
+            findings.lock().expect("findings lock").extend(found);
+        }
         let mut findings = findings.into_inner().expect("findings lock");
         findings.extend(
             validators
@@ -306,6 +310,100 @@ impl Rye {
             }
         }
     }
+}
+
+/// The files the anchored chains seen so far name as dependencies, and the
+/// (anchor, tool folder, rule) walks already done.
+#[derive(Default)]
+struct Dependencies {
+    files: std::collections::HashSet<PathBuf>,
+    walked: std::collections::HashSet<(PathBuf, PathBuf, String)>,
+}
+
+/// Validators and chain for one item, once it has parsed.
+struct ToolCheck<'a> {
+    session: &'a Session,
+    validators: &'a crate::validators::ValidatorSet,
+    chains: &'a std::sync::atomic::AtomicUsize,
+    dependencies: &'a Mutex<Dependencies>,
+    root: &'a Path,
+}
+
+impl ToolCheck<'_> {
+    fn run(
+        &self,
+        rye: &Rye,
+        (kind, id, path): (ItemKind, &String, &PathBuf),
+        parsed: Option<&crate::ParsedItem>,
+        found: &mut Vec<Finding>,
+    ) {
+        let document =
+            parsed.and_then(|p| p.outcome.as_ref().as_ref().ok().map(|d| (p, &d.document)));
+        if let Some((parsed, document)) = document {
+            self.validators.check_item(rye, parsed, document, found);
+        }
+        if kind != ItemKind::Tool
+            || document.is_some_and(|(_, d)| is_extractor(d))
+            || found.iter().any(|f| f.severity == Severity::Error)
+        {
+            return;
+        }
+        self.chains
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let chain = match rye.build_chain(self.session, id) {
+            Ok(chain) => chain,
+            Err(e) => {
+                let rule = if matches!(e, HostError::Integrity { .. }) {
+                    "signature"
+                } else {
+                    "chain"
+                };
+                found.push(Finding::error(path, rule, e.to_string()));
+                return;
+            }
+        };
+        self.validators.check_chain(rye, &chain, found);
+        self.note_dependencies(&chain, path, found);
+    }
+
+    /// Adds the files the chain's `verify_deps` selects under its anchor.
+    fn note_dependencies(&self, chain: &crate::Chain, path: &Path, found: &mut Vec<Finding>) {
+        let Some(rule) = chain
+            .elements
+            .iter()
+            .find_map(|e| e.metadata.get("verify_deps"))
+        else {
+            return;
+        };
+        let Some(anchor) = crate::integrity::static_anchor(chain, self.root) else {
+            return;
+        };
+        let tool_dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+        let walk = (anchor, tool_dir, rule.to_string());
+        if !self
+            .dependencies
+            .lock()
+            .expect("dependencies lock")
+            .walked
+            .insert(walk)
+        {
+            return;
+        }
+        match crate::integrity::static_deps(chain, self.root) {
+            Ok(files) => self
+                .dependencies
+                .lock()
+                .expect("dependencies lock")
+                .files
+                .extend(files),
+            Err(e) => found.push(Finding::error(path, "verify_deps", e.to_string())),
+        }
+    }
+}
+
+/// Whether a tool names its executor.
+fn has_executor(document: &serde_json::Map<String, serde_json::Value>) -> bool {
+    crate::metadata::tool_field(document, "executor_id").is_some_and(|v| !v.is_null())
 }
 
 /// An extractor (`tool_type: extractor` with no executor) is data the host
