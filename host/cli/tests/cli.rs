@@ -406,6 +406,49 @@ fn a_projects_virtualenv_runs_its_python_tools() {
     );
 }
 
+/// An interpreter the user sets (`RYE_PYTHON`) outside every folder the
+/// adapter is shown is kept, as the original keeps one that exists; one
+/// that does not exist is not, and the search goes on.
+#[test]
+fn an_interpreter_the_user_sets_outside_the_project_is_kept() {
+    let env = Env::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let python = elsewhere.path().join("my-python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\ncat > /dev/null\necho '{\"where\": \"the user'\"'\"'s python\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.write(
+        ".ai/tools/demo/probe.py",
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\nprint('{}')\n",
+    );
+    let args = [
+        "--json",
+        "--allow-unsigned-project",
+        "execute",
+        "tool",
+        "demo/probe",
+        "--trace",
+    ];
+    let run = |value: &std::path::Path| {
+        let out = env.command_with(
+            Command::new(env!("CARGO_BIN_EXE_rye")).args(args),
+            &[("RYE_PYTHON", value.as_os_str().to_owned())],
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let kept = run(&python);
+    assert_eq!(kept["data"]["where"], "the user's python", "{kept:#}");
+    let interpreter = trace_step(&kept, "interpreter").unwrap();
+    assert_eq!(interpreter["source"], "already set", "{interpreter:#}");
+
+    let gone = run(&elsewhere.path().join("no-such-python"));
+    let interpreter = trace_step(&gone, "interpreter").unwrap();
+    assert_ne!(interpreter["source"], "already set", "{interpreter:#}");
+}
+
 /// Directives written for the original fill `{input:…}` placeholders in
 /// every form: required (kept as written when missing), optional (`?`),
 /// and with a default after `:` or `|`.

@@ -49,8 +49,17 @@ impl AdapterServices for HostServices {
     }
 
     fn which(&mut self, binary: &str) -> Option<String> {
-        let path = self.get_env("PATH").unwrap_or_default();
-        let found = which(binary, &path);
+        let found = if binary.starts_with('/') {
+            // An absolute path is answered only when it is what a variable
+            // the adapter is shown already says (an interpreter the user
+            // set, such as RYE_PYTHON, outside the adapter's folders), so
+            // no other path on the host can be probed.
+            let named = self.env.iter().any(|(_, value)| value == binary);
+            (named && is_executable(Path::new(binary))).then(|| binary.to_owned())
+        } else {
+            let path = self.get_env("PATH").unwrap_or_default();
+            which(binary, &path)
+        };
         self.record(Step::Which {
             binary: binary.to_owned(),
             found: found.clone(),
@@ -179,4 +188,44 @@ fn run_resolve(argv: &[String], env: &[(String, String)]) -> Result<String, Stri
     }
     let out = String::from_utf8_lossy(&outcome.stdout);
     Ok(out.lines().next().unwrap_or_default().trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn services(env: &[(&str, &str)]) -> HostServices {
+        HostServices {
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            commands: HashMap::new(),
+            config_dirs: HashMap::new(),
+            log: Arc::default(),
+            trust: None,
+        }
+    }
+
+    /// An absolute path is answered only when a shown variable holds it:
+    /// an adapter cannot probe the host's files through `which`.
+    #[test]
+    fn which_answers_an_absolute_path_only_when_a_variable_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("python");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let program = program.display().to_string();
+        let mut named = services(&[("RYE_PYTHON", &program)]);
+        assert_eq!(named.which(&program), Some(program.clone()));
+        let mut unnamed = services(&[("PATH", "/usr/bin:/bin")]);
+        assert_eq!(unnamed.which(&program), None);
+        assert_eq!(unnamed.which("/bin/sh"), None);
+        let data = dir.path().join("data").display().to_string();
+        std::fs::write(&data, "not a program").unwrap();
+        let mut not_executable = services(&[("X", &data)]);
+        assert_eq!(not_executable.which(&data), None);
+    }
 }

@@ -413,8 +413,10 @@ fn resolve_interpreter(
     let kind = field("type").unwrap_or("system_binary");
     let mut note = json!({"element": element.id, "var": var, "type": kind});
 
+    // Set to a program outside this adapter's folders, the host is asked.
     if let Some(current) = env.get(&var)
-        && host.is_file(current)
+        && (host.is_file(current)
+            || (current.starts_with('/') && host.which(current).as_deref() == Some(current)))
     {
         note["value"] = json!(current);
         note["source"] = json!("already set");
