@@ -128,4 +128,63 @@ fn main() {
     );
     let out = out_dir.join("bundle.rs");
     std::fs::write(out, code).unwrap();
+
+    precompile(&files, &out_dir);
+}
+
+/// Compiles every bundled component for this machine under the host's
+/// engine settings and writes a table of the artifacts by the SHA-256 of
+/// the component they came from, so a first run deserializes instead of
+/// compiling. Cross builds embed none (the artifact must match the CPU it
+/// runs on), nor does a build with `RYE_PRECOMPILE=0`; the host then
+/// compiles as usual, as it does for any artifact its engine refuses.
+fn precompile(files: &[(String, PathBuf)], out_dir: &Path) {
+    println!("cargo:rerun-if-env-changed=RYE_PRECOMPILE");
+    let cross = std::env::var("TARGET").ok() != std::env::var("HOST").ok();
+    let off = std::env::var_os("RYE_PRECOMPILE").is_some_and(|v| v == "0");
+    let dir = out_dir.join("precompiled");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let components: Vec<&PathBuf> = if cross || off {
+        Vec::new()
+    } else {
+        files
+            .iter()
+            .filter(|(relative, _)| relative.ends_with(".wasm"))
+            .map(|(_, path)| path)
+            .collect()
+    };
+    let artifacts: Vec<(String, PathBuf)> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = components
+            .iter()
+            .map(|path| {
+                let dir = &dir;
+                scope.spawn(move || {
+                    let wasm = std::fs::read(path)
+                        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+                    let hash = hex::encode(Sha256::digest(&wasm));
+                    let artifact = rye_engine::precompile(&wasm)
+                        .unwrap_or_else(|e| panic!("precompiling {}: {e:#}", path.display()));
+                    let target = dir.join(format!("{hash}.cwasm"));
+                    std::fs::write(&target, artifact).unwrap();
+                    (hash, target)
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let mut table = String::new();
+    for (hash, path) in &artifacts {
+        writeln!(
+            table,
+            "    ({hash:?}, include_bytes!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        out_dir.join("precompiled.rs"),
+        format!("pub(crate) static PRECOMPILED: &[(&str, &[u8])] = &[\n{table}];\n"),
+    )
+    .unwrap();
 }

@@ -49,6 +49,11 @@ pub struct HostConfig {
     /// world's memory cap); further calls wait. `0` means twice the
     /// machine's cores, at least 4.
     pub instances_per_world: usize,
+    /// Components compiled when the binary was built, by the SHA-256 of
+    /// the component: tried before the cache and the compiler. Their
+    /// bytes are as trusted as the binary that holds them; one the engine
+    /// refuses (another CPU, other settings) is compiled as usual.
+    pub precompiled: Option<fn(&[u8; 32]) -> Option<&'static [u8]>>,
 }
 
 impl Default for HostConfig {
@@ -66,6 +71,7 @@ impl Default for HostConfig {
             validator_limits: Limits::default(),
             pooling: true,
             instances_per_world: 0,
+            precompiled: None,
         }
     }
 }
@@ -87,6 +93,8 @@ pub enum Origin {
     Compiled,
     /// Deserialized from the on-disk cache.
     Cache,
+    /// Deserialized from the artifact built into the binary.
+    Bundled,
 }
 
 /// A component checked against its world and ready to instantiate.
@@ -299,6 +307,21 @@ impl ComponentHost {
         bytes: &[u8],
         hash: [u8; 32],
     ) -> Result<(Component, Origin), ComponentErrorKind> {
+        if let Some(artifact) = self.config.precompiled.and_then(|find| find(&hash)) {
+            // SAFETY: the artifact is part of this binary, made by the
+            // build from the component whose hash it is found under, and
+            // wasmtime checks that it was compiled for this engine's
+            // settings and CPU before using it.
+            match unsafe { Component::deserialize(&self.engine, artifact) } {
+                Ok(component) => {
+                    tracing::debug!(path = %path.display(), "bundled component");
+                    return Ok((component, Origin::Bundled));
+                }
+                Err(e) => {
+                    tracing::debug!(path = %path.display(), error = %format!("{e:#}"), "bundled artifact refused; compiling");
+                }
+            }
+        }
         if let Some(component) = self
             .cache
             .as_ref()
@@ -445,10 +468,7 @@ fn check_header(bytes: &[u8]) -> Result<(), ComponentErrorKind> {
 }
 
 fn base_config() -> Config {
-    let mut config = Config::new();
-    config.wasm_component_model(true);
-    config.epoch_interruption(true);
-    config.parallel_compilation(true);
+    let mut config = rye_engine::config();
     // `RYE_PERFMAP=1` writes /tmp/perf-<pid>.map so `perf` can name the
     // functions of guest code.
     if std::env::var_os("RYE_PERFMAP").is_some_and(|v| v == "1") {

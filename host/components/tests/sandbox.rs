@@ -261,6 +261,109 @@ fn compiled_once_then_deserialized_from_the_cache() {
     assert_serves(&second);
 }
 
+/// The artifact `precompiled` answers with in the tests below, made
+/// once per process from the override parser.
+fn override_artifact(make: fn(&[u8]) -> Vec<u8>) -> ([u8; 32], Vec<u8>) {
+    use sha2::Digest;
+    let wasm = std::fs::read(artifacts::PARSER_OVERRIDE).unwrap();
+    (sha2::Sha256::digest(&wasm).into(), make(&wasm))
+}
+
+fn bundled_host(
+    cache: &Path,
+    state: &Path,
+    precompiled: fn(&[u8; 32]) -> Option<&'static [u8]>,
+) -> ComponentHost {
+    ComponentHost::new(HostConfig {
+        cache_dir: Some(cache.to_owned()),
+        cache_key_file: Some(state.join("cache.key")),
+        precompiled: Some(precompiled),
+        ..HostConfig::default()
+    })
+    .unwrap()
+}
+
+fn cached_artifacts(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "cwasm")
+            })
+            .count()
+    })
+}
+
+/// A component precompiled under the host's engine settings is used as
+/// built: nothing compiled, nothing written to the cache.
+#[test]
+fn a_precompiled_component_is_used_without_compiling() {
+    static ARTIFACT: std::sync::OnceLock<([u8; 32], Vec<u8>)> = std::sync::OnceLock::new();
+    fn find(hash: &[u8; 32]) -> Option<&'static [u8]> {
+        let (known, bytes) = ARTIFACT
+            .get_or_init(|| override_artifact(|wasm| rye_engine::precompile(wasm).unwrap()));
+        (known == hash).then_some(bytes.as_slice())
+    }
+    let (cache, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let host = bundled_host(cache.path(), state.path(), find);
+    let loaded = host
+        .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+        .unwrap();
+    assert_eq!(loaded.origin, Origin::Bundled);
+    assert_eq!(cached_artifacts(cache.path()), 0);
+    assert_serves(&host);
+    // Another component is not found there and is compiled.
+    let other = host
+        .load(Path::new(artifacts::PARSER_PANIC), World::Parser)
+        .unwrap();
+    assert_eq!(other.origin, Origin::Compiled);
+}
+
+/// An artifact the engine refuses (made under other settings, or not an
+/// artifact at all) is never run: the component is compiled as usual.
+#[test]
+fn a_refused_precompiled_artifact_falls_back_to_compiling() {
+    static FOREIGN: std::sync::OnceLock<([u8; 32], Vec<u8>)> = std::sync::OnceLock::new();
+    fn foreign(hash: &[u8; 32]) -> Option<&'static [u8]> {
+        let (known, bytes) = FOREIGN.get_or_init(|| {
+            override_artifact(|wasm| {
+                // No epoch interruption: code that could not be stopped.
+                let mut config = wasmtime::Config::new();
+                config.wasm_component_model(true);
+                wasmtime::Engine::new(&config)
+                    .unwrap()
+                    .precompile_component(wasm)
+                    .unwrap()
+            })
+        });
+        (known == hash).then_some(bytes.as_slice())
+    }
+    static GARBAGE: std::sync::OnceLock<([u8; 32], Vec<u8>)> = std::sync::OnceLock::new();
+    fn garbage(hash: &[u8; 32]) -> Option<&'static [u8]> {
+        let (known, bytes) = GARBAGE.get_or_init(|| {
+            override_artifact(|wasm| {
+                let mut artifact = rye_engine::precompile(wasm).unwrap();
+                let middle = artifact.len() / 2;
+                artifact.truncate(middle);
+                artifact
+            })
+        });
+        (known == hash).then_some(bytes.as_slice())
+    }
+    for find in [foreign as fn(&[u8; 32]) -> Option<&'static [u8]>, garbage] {
+        let (cache, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let host = bundled_host(cache.path(), state.path(), find);
+        let loaded = host
+            .load(Path::new(artifacts::PARSER_OVERRIDE), World::Parser)
+            .unwrap();
+        assert_eq!(loaded.origin, Origin::Compiled);
+        assert_serves(&host);
+    }
+}
+
 /// The one artifact in `dir`.
 fn artifact_in(dir: &Path) -> PathBuf {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -20,6 +20,31 @@ mod bundle {
     include!(concat!(env!("OUT_DIR"), "/bundle.rs"));
 }
 
+mod precompiled {
+    include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));
+}
+
+/// The bundled component whose bytes hash to `wasm_hash` (SHA-256),
+/// compiled for the machine the binary was built on under the host's
+/// engine settings (`rye-engine`), if the build precompiled it. The host
+/// deserializes it instead of compiling; an engine that finds it made for
+/// another CPU or other settings refuses it and compiles as usual.
+pub fn precompiled(wasm_hash: &[u8; 32]) -> Option<&'static [u8]> {
+    let hex = hex_of(wasm_hash);
+    precompiled::PRECOMPILED
+        .iter()
+        .find(|(hash, _)| *hash == hex)
+        .map(|(_, bytes)| *bytes)
+}
+
+fn hex_of(bytes: &[u8; 32]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
 /// The embedded files: paths relative to `.ai/`, and contents.
 pub fn files() -> &'static [(&'static str, &'static [u8])] {
     bundle::FILES
