@@ -1,6 +1,7 @@
 //! `rye`: the command line of the Rye host.
 
 mod component;
+mod init;
 mod output;
 mod report;
 
@@ -47,6 +48,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a project: .ai/ with a sample tool, directive and knowledge
+    /// entry, a signing key made and trusted if there is none, everything
+    /// it wrote signed, and the entry for MCP clients. Never replaces a
+    /// file.
+    Init {
+        /// The project folder (default: --project).
+        dir: Option<PathBuf>,
+        /// Also write the MCP client entry to DIR/.mcp.json (kept if the
+        /// file exists).
+        #[arg(long)]
+        mcp_config: bool,
+    },
     /// Search items by keyword across the spaces.
     ///
     /// Terms match as substrings, case-insensitively; `*` and `?` are
@@ -377,6 +390,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output::json(&mut out, &response)?;
             } else {
                 output::search(&mut out, &response)?;
+            }
+        }
+        Command::Init { dir, mcp_config } => {
+            let dir = match dir {
+                Some(dir) => std::path::absolute(dir).context("the folder to start")?,
+                None => project.clone().unwrap_or_default(),
+            };
+            std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+            let report = rye.init_project(&dir)?;
+            let program = std::env::current_exe().context("finding the rye binary")?;
+            let mcp = init::McpEntry::new(&program, &dir);
+            let written = if mcp_config {
+                Some(mcp.write(&dir)?)
+            } else {
+                None
+            };
+            if cli.json {
+                output::json(
+                    &mut out,
+                    &serde_json::json!({
+                        "init": report,
+                        "mcp": mcp.servers(),
+                        "mcp_config": written,
+                    }),
+                )?;
+            } else {
+                init::human(&mut out, &report, &mcp, written.as_ref())?;
             }
         }
         Command::Load {

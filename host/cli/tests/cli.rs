@@ -238,16 +238,17 @@ fn without_address_space_for_the_pool_it_allocates_on_demand() {
 fn a_second_process_deserializes_instead_of_compiling() {
     let cache = tempfile::tempdir().unwrap();
     let env = Env::with_cache(cache.path().to_owned());
-    let first = env.rye(&["search", "all", "rye"]);
-    assert!(first.status.success());
+    // A component of the project's own: the binary holds none compiled.
+    install_validator(&env, artifacts::POLICY_VALIDATOR, "policy");
+    let args = ["--allow-unsigned-project", "validate", "--quiet"];
+    let first = env.rye(&args);
     let log = String::from_utf8_lossy(&first.stderr);
     assert!(
-        log.contains("compiled component"),
+        log.contains("compiled component") && log.contains("policy.wasm"),
         "the first run compiles:\n{log}"
     );
 
-    let second = env.rye(&["search", "all", "rye"]);
-    assert!(second.status.success());
+    let second = env.rye(&args);
     let log = String::from_utf8_lossy(&second.stderr);
     assert!(
         !log.contains("compiled component"),
@@ -447,6 +448,121 @@ fn an_interpreter_the_user_sets_outside_the_project_is_kept() {
     let gone = run(&elsewhere.path().join("no-such-python"));
     let interpreter = trace_step(&gone, "interpreter").unwrap();
     assert_ne!(interpreter["source"], "already set", "{interpreter:#}");
+}
+
+/// A first run on a fresh machine compiles nothing: every bundled
+/// component it needs was compiled when the binary was built.
+#[test]
+fn a_first_run_compiles_no_bundled_component() {
+    let cache = tempfile::tempdir().unwrap();
+    let env = Env::with_cache(cache.path().to_owned());
+    let out = env.rye(&[
+        "--json",
+        "execute",
+        "tool",
+        "rye/bash/bash",
+        "--params",
+        r#"{"command": "echo first"}"#,
+    ]);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "success", "{result:#}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("bundled component"), "{log}");
+    assert!(!log.contains("compiled component"), "{log}");
+    let compiled = walkdir_count(cache.path(), "cwasm");
+    assert_eq!(
+        compiled,
+        0,
+        "artifacts were written to {}",
+        cache.path().display()
+    );
+}
+
+/// Files under `dir` (recursively) whose name ends in `.ext`.
+fn walkdir_count(dir: &Path, ext: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            if p.is_dir() {
+                walkdir_count(&p, ext)
+            } else {
+                usize::from(p.extension().is_some_and(|x| x == ext))
+            }
+        })
+        .sum()
+}
+
+/// `rye init` in an empty folder gives a signed tree that validates with
+/// signatures required and whose sample tool runs; run again it changes
+/// nothing, and it never replaces a file or follows a link.
+#[test]
+fn init_starts_a_project_that_validates_and_runs() {
+    let env = Env::new();
+    let first = env.json(&["init", "--mcp-config"]);
+    assert_eq!(
+        first["init"]["created"].as_array().unwrap().len(),
+        3,
+        "{first:#}"
+    );
+    assert_eq!(first["init"]["key"]["made"], true, "{first:#}");
+    assert!(first["init"]["key"]["trusted_in"].is_string(), "{first:#}");
+    assert_eq!(first["mcp_config"]["written"], true, "{first:#}");
+    let written: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.project.path().join(".mcp.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["mcpServers"]["rye"]["args"][0], "serve");
+    assert_eq!(
+        written["mcpServers"]["rye"]["args"][2],
+        env.project.path().display().to_string()
+    );
+
+    let report = env.ok(&["validate", "--require-signed"]);
+    assert!(report.contains("3 items, 1 chains"), "{report}");
+    assert!(report.contains(": 0 errors, 0 warnings"), "{report}");
+    let greeted = env.json(&[
+        "execute",
+        "tool",
+        "hello/greet",
+        "--params",
+        r#"{"name": "Ada"}"#,
+    ]);
+    assert_eq!(greeted["data"]["greeting"], "Hello, Ada!", "{greeted:#}");
+    let directive = env.json(&["execute", "directive", "hello/welcome"]);
+    assert_eq!(directive["status"], "success", "{directive:#}");
+
+    // Again, after an edit: nothing replaced, no second key.
+    let tool = env.project.path().join(".ai/tools/hello/greet.py");
+    let edited = std::fs::read_to_string(&tool).unwrap() + "# mine\n";
+    std::fs::write(&tool, &edited).unwrap();
+    let mcp_before = std::fs::read(env.project.path().join(".mcp.json")).unwrap();
+    let again = env.json(&["init", "--mcp-config"]);
+    assert_eq!(again["init"]["created"], json!([]), "{again:#}");
+    assert_eq!(again["init"]["kept"].as_array().unwrap().len(), 3);
+    assert_eq!(again["init"]["key"]["made"], false);
+    assert!(
+        again["init"]["key"].get("trusted_in").is_none(),
+        "{again:#}"
+    );
+    assert_eq!(again["mcp_config"]["written"], false);
+    assert_eq!(std::fs::read_to_string(&tool).unwrap(), edited);
+    assert_eq!(
+        std::fs::read(env.project.path().join(".mcp.json")).unwrap(),
+        mcp_before
+    );
+
+    // A .ai/ that is a link out of the folder is not followed.
+    let linked = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), linked.path().join(".ai")).unwrap();
+    let refused = env.rye(&["init", linked.path().to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains(".ai") && said.contains("link"), "{said}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
 
 /// Directives written for the original fill `{input:…}` placeholders in

@@ -215,8 +215,11 @@ mod tests {
         let program = dir.path().join("python");
         std::fs::write(&program, "#!/bin/sh\n").unwrap();
         #[cfg(unix)]
-        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            &program,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let program = program.display().to_string();
         let mut named = services(&[("RYE_PYTHON", &program)]);
         assert_eq!(named.which(&program), Some(program.clone()));
