@@ -64,7 +64,9 @@ enum Command {
     ///
     /// Terms match as substrings, case-insensitively; `*` and `?` are
     /// wildcards over words; "quoted phrases" match as written; AND (the
-    /// default between terms), OR, NOT and parentheses combine them.
+    /// default between terms), OR, NOT and parentheses combine them;
+    /// `field:term` matches one field (`name:bash`, `category:rye/core`,
+    /// any metadata key such as `tool_type:runtime`).
     Search {
         /// directive, tool, knowledge or all; narrow with a namespace, as
         /// in tool.rye.core.*
@@ -78,6 +80,26 @@ enum Command {
         limit: usize,
         #[arg(long, default_value_t = 0)]
         offset: usize,
+        /// A field must match a query: NAME=QUERY (as name:QUERY in the
+        /// query). Repeatable.
+        #[arg(long = "field", value_name = "NAME=QUERY")]
+        fields: Vec<String>,
+        /// Keep results whose KEY (a field or metadata key) meets VALUE: a
+        /// value, !value, >=1.2 / <=, > and < (versions), a JSON list
+        /// (membership), or date_from / date_to (ISO, against
+        /// created_at). Repeatable.
+        #[arg(long = "filter", value_name = "KEY=VALUE")]
+        filters: Vec<String>,
+        /// score, date (newest first) or name.
+        #[arg(long, default_value = "score")]
+        sort_by: String,
+        /// Let terms match words a few edits away: N edits, or by the
+        /// term's length when N is not given.
+        #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "auto")]
+        fuzzy: Option<String>,
+        /// Terms must stand within N words of one another (default 5).
+        #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "5")]
+        proximity: Option<usize>,
     },
     /// Show an item, optionally copying it into the project or user space.
     Load {
@@ -376,14 +398,50 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             source,
             limit,
             offset,
+            fields,
+            filters,
+            sort_by,
+            fuzzy,
+            proximity,
         } => {
+            let pair = |what: &str, text: &str| -> anyhow::Result<(String, String)> {
+                let (key, value) = text
+                    .split_once('=')
+                    .with_context(|| format!("--{what} {text:?} is not KEY=VALUE"))?;
+                Ok((key.to_owned(), value.to_owned()))
+            };
+            let fields = fields
+                .iter()
+                .map(|f| pair("field", f))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let mut filter_map = serde_json::Map::new();
+            for filter in &filters {
+                let (key, value) = pair("filter", filter)?;
+                // A JSON list is a list; anything else is the text given.
+                let value = match serde_json::from_str::<serde_json::Value>(&value) {
+                    Ok(list @ serde_json::Value::Array(_)) => list,
+                    _ => serde_json::Value::String(value),
+                };
+                filter_map.insert(key, value);
+            }
+            let fuzzy = match fuzzy.as_deref() {
+                None => rye_host::Fuzzy::Off,
+                Some("auto") => rye_host::Fuzzy::Auto,
+                Some(n) => rye_host::Fuzzy::Edits(
+                    n.parse()
+                        .with_context(|| format!("--fuzzy {n:?} is not a number of edits"))?,
+                ),
+            };
             let request = SearchRequest {
-                scope,
-                query: query.join(" "),
                 source: SourceFilter::parse(&source)?,
                 limit,
                 offset,
                 project,
+                fields,
+                filters: rye_host::Filters::from_object(&filter_map),
+                sort_by: sort_by.parse()?,
+                matching: rye_host::Matching { fuzzy, proximity },
+                ..SearchRequest::new(scope, query.join(" "))
             };
             let response = rye.search(&request)?;
             if cli.json {

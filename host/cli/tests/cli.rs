@@ -565,6 +565,135 @@ fn init_starts_a_project_that_validates_and_runs() {
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
 
+/// Three knowledge entries to search with every option.
+fn search_fixture(env: &Env) {
+    for (name, version, tags, date, body) in [
+        (
+            "alpha",
+            "1.0.0",
+            "[web, http]",
+            Some("2026-01-10"),
+            "alpha one two three four five six seven beta",
+        ),
+        (
+            "beta",
+            "2.3.0",
+            "[cli]",
+            Some("2026-03-01"),
+            "beta is next to alpha here",
+        ),
+        ("gamma", "0.9.0", "[web]", None, "nothing of the others"),
+    ] {
+        let date = date.map_or(String::new(), |d| format!("created_at: \"{d}\"\n"));
+        env.write(
+            &format!(".ai/knowledge/demo/{name}.md"),
+            &format!(
+                "```yaml\nname: {name}\ntitle: The {name} note\nentry_type: reference\nversion: \"{version}\"\ncategory: demo\ntags: {tags}\n{date}```\n\n{body}\n"
+            ),
+        );
+    }
+}
+
+fn found_ids(result: &Value) -> Vec<String> {
+    result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["id"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("demo/")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Every search option of the original, through the CLI: field terms and
+/// `--field`, filters (lists, `!x`, versions, dates), sorting, fuzzy terms
+/// and proximity; and every result says whether it is signed.
+#[test]
+fn search_offers_fields_filters_sorting_fuzzy_and_proximity() {
+    let env = Env::new();
+    search_fixture(&env);
+    let search = |args: &[&str]| {
+        let mut all = vec!["search", "knowledge.demo.*"];
+        all.extend_from_slice(args);
+        found_ids(&env.json(&all))
+    };
+    assert_eq!(search(&["name:alpha"]), ["alpha"]);
+    assert_eq!(search(&["title:\"the beta\""]), ["beta"]);
+    assert_eq!(
+        search(&["--field", "tags=web", "--sort-by", "name"]),
+        ["alpha", "gamma"]
+    );
+    assert_eq!(
+        search(&["entry_type:reference", "--sort-by", "name"]),
+        ["alpha", "beta", "gamma"]
+    );
+    assert_eq!(search(&["--filter", r#"tags=["cli"]"#]), ["beta"]);
+    assert_eq!(
+        search(&["--filter", "version=>=1.0", "--sort-by", "name"]),
+        ["alpha", "beta"]
+    );
+    assert_eq!(
+        search(&["--filter", "version=!2.3.0", "--sort-by", "name"]),
+        ["alpha", "gamma"]
+    );
+    // An entry without a date passes a date filter.
+    assert_eq!(
+        search(&["--filter", "date_from=2026-02-01", "--sort-by", "name"]),
+        ["beta", "gamma"]
+    );
+    assert_eq!(
+        search(&["--filter", "date_to=2026-01-31"]),
+        ["alpha", "gamma"]
+    );
+    assert_eq!(search(&["--sort-by", "date"]), ["beta", "alpha", "gamma"]);
+    assert_eq!(search(&["--sort-by", "name"]), ["alpha", "beta", "gamma"]);
+    assert_eq!(search(&["alpah"]), Vec::<String>::new());
+    assert_eq!(search(&["alpah", "--fuzzy"]), ["alpha", "beta"]);
+    assert_eq!(search(&["alpah", "--fuzzy", "0"]), Vec::<String>::new());
+    assert_eq!(
+        search(&["alpha", "beta", "--sort-by", "name"]),
+        ["alpha", "beta"]
+    );
+    assert_eq!(search(&["alpha", "beta", "--proximity"]), ["beta"]);
+    assert_eq!(
+        search(&["alpha", "beta", "--proximity", "10", "--sort-by", "name"]),
+        ["alpha", "beta"]
+    );
+
+    for (args, needle) in [
+        (vec!["--sort-by", "size"], "score, date or name"),
+        (vec!["--field", "tags"], "KEY=VALUE"),
+        (vec!["--field", "Bad-Name=x"], "not a field name"),
+        (vec!["--fuzzy", "lots"], "number of edits"),
+    ] {
+        let mut all = vec!["search", "knowledge"];
+        all.extend(args);
+        let said = env.fail(&all);
+        assert!(said.contains(needle), "{said}");
+    }
+
+    // Signed and verified: signed, with the file's hash; the others not.
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    env.ok(&["sign", "knowledge", "demo/alpha"]);
+    let result = env.json(&["search", "knowledge.demo.*", "--sort-by", "name"]);
+    let alpha = &result["results"][0];
+    let bytes = std::fs::read(env.project.path().join(".ai/knowledge/demo/alpha.md")).unwrap();
+    use sha2::Digest;
+    assert_eq!(alpha["signed"], true, "{alpha:#}");
+    assert_eq!(
+        alpha["integrity"],
+        hex::encode(sha2::Sha256::digest(&bytes))
+    );
+    assert_eq!(alpha["category"], "demo");
+    assert_eq!(result["results"][1]["signed"], false);
+    assert_eq!(result["results"][1]["integrity"], Value::Null);
+}
+
 /// Directives written for the original fill `{input:…}` placeholders in
 /// every form: required (kept as written when missing), optional (`?`),
 /// and with a default after `:` or `|`.

@@ -145,6 +145,97 @@ fn the_rust_client_sees_four_tools_results_and_errors() {
     });
 }
 
+/// The search options over MCP, as the original's `search` takes them.
+#[test]
+fn search_takes_fields_filters_sort_fuzzy_and_proximity() {
+    let env = Env::new();
+    for (name, version, tags, date, body) in [
+        (
+            "alpha",
+            "1.0.0",
+            "[web, http]",
+            "2026-01-10",
+            "alpha one two three four five six seven beta",
+        ),
+        (
+            "beta",
+            "2.3.0",
+            "[cli]",
+            "2026-03-01",
+            "beta is next to alpha here",
+        ),
+    ] {
+        let path = env
+            .project
+            .path()
+            .join(format!(".ai/knowledge/demo/{name}.md"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(
+            path,
+            format!("```yaml\nname: {name}\ntitle: The {name} note\nentry_type: reference\nversion: \"{version}\"\ncategory: demo\ntags: {tags}\ncreated_at: \"{date}\"\n```\n\n{body}\n"),
+        )
+        .unwrap();
+    }
+    runtime().block_on(async {
+        let client = env.client().await;
+        let search = |extra: Value| {
+            let mut arguments = json!({"scope": "knowledge.demo.*", "query": "", "project_path": env.project()});
+            arguments.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let client = &client;
+            async move {
+                let found = client.call_tool(call("search", arguments)).await.unwrap();
+                let found = found.structured_content.unwrap();
+                found["results"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{found:#}"))
+                    .iter()
+                    .map(|r| r["name"].as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(search(json!({"query": "name:beta"})).await, ["beta"]);
+        assert_eq!(search(json!({"fields": {"tags": "http"}})).await, ["alpha"]);
+        assert_eq!(search(json!({"filters": {"version": ">=2"}})).await, ["beta"]);
+        assert_eq!(search(json!({"filters": {"tags": ["cli", "ftp"]}})).await, ["beta"]);
+        assert_eq!(search(json!({"filters": {"date_to": "2026-02-01"}})).await, ["alpha"]);
+        assert_eq!(search(json!({"sort_by": "date"})).await, ["beta", "alpha"]);
+        assert_eq!(search(json!({"sort_by": "name"})).await, ["alpha", "beta"]);
+        assert_eq!(search(json!({"query": "btea"})).await, Vec::<String>::new());
+        assert_eq!(
+            search(json!({"query": "btea", "fuzzy": {"enabled": true, "max_distance": 1}, "sort_by": "name"})).await,
+            ["alpha", "beta"]
+        );
+        assert_eq!(
+            search(json!({"query": "alpha beta", "proximity": {"enabled": true, "max_distance": 5}})).await,
+            ["beta"]
+        );
+        let one = client
+            .call_tool(call("search", json!({"scope": "knowledge.demo.*", "query": "name:alpha", "project_path": env.project()})))
+            .await
+            .unwrap()
+            .structured_content
+            .unwrap();
+        let hit = &one["results"][0];
+        assert_eq!(hit["signed"], false, "{hit:#}");
+        assert_eq!(hit["integrity"], Value::Null);
+        assert_eq!(hit["category"], "demo");
+
+        for (extra, needle) in [
+            (json!({"fuzzy": "yes"}), "fuzzy must be"),
+            (json!({"proximity": {"enabled": true, "near": 3}}), "proximity.near"),
+            (json!({"fuzzy": {"max_distance": -1}}), "max_distance"),
+            (json!({"sort_by": "size"}), "score, date or name"),
+            (json!({"fields": {"name": 7}}), "fields.name"),
+        ] {
+            let mut arguments = json!({"scope": "knowledge", "query": "", "project_path": env.project()});
+            arguments.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let error = client.call_tool(call("search", arguments)).await.unwrap_err();
+            assert!(error.to_string().contains(needle), "{needle} not in {error}");
+        }
+        client.cancel().await.unwrap();
+    });
+}
+
 #[test]
 fn cancelling_an_execute_kills_the_sleeping_tool() {
     let env = Env::new();

@@ -27,6 +27,10 @@ const EPOCH_TICK: Duration = Duration::from_millis(100);
 /// allocator is in use (it reserves address space for this much per slot).
 const POOL_MAX_MEMORY: usize = 256 * 1024 * 1024;
 
+/// Finds the artifact built into the binary for the component whose
+/// SHA-256 is given.
+pub type Precompiled = fn(&[u8; 32]) -> Option<&'static [u8]>;
+
 /// How the host is set up.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -53,7 +57,7 @@ pub struct HostConfig {
     /// the component: tried before the cache and the compiler. Their
     /// bytes are as trusted as the binary that holds them; one the engine
     /// refuses (another CPU, other settings) is compiled as usual.
-    pub precompiled: Option<fn(&[u8; 32]) -> Option<&'static [u8]>>,
+    pub precompiled: Option<Precompiled>,
 }
 
 impl Default for HostConfig {

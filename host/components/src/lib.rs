@@ -41,7 +41,7 @@ mod world;
 
 pub use adapter::{PlanElement, PlanFailure, PlanRequest, PlannedProcess};
 pub use error::{ComponentError, ComponentErrorKind};
-pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin};
+pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin, Precompiled};
 pub use limits::Limits;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,

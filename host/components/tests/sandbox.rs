@@ -272,7 +272,7 @@ fn override_artifact(make: fn(&[u8]) -> Vec<u8>) -> ([u8; 32], Vec<u8>) {
 fn bundled_host(
     cache: &Path,
     state: &Path,
-    precompiled: fn(&[u8; 32]) -> Option<&'static [u8]>,
+    precompiled: rye_components::Precompiled,
 ) -> ComponentHost {
     ComponentHost::new(HostConfig {
         cache_dir: Some(cache.to_owned()),
@@ -353,7 +353,7 @@ fn a_refused_precompiled_artifact_falls_back_to_compiling() {
         });
         (known == hash).then_some(bytes.as_slice())
     }
-    for find in [foreign as fn(&[u8; 32]) -> Option<&'static [u8]>, garbage] {
+    for find in [foreign as rye_components::Precompiled, garbage] {
         let (cache, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let host = bundled_host(cache.path(), state.path(), find);
         let loaded = host

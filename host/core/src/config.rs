@@ -70,6 +70,11 @@ impl RyeConfig {
             cache_dir: Some(cache_dir.join("components")),
             cache_key_file,
             pooling: std::env::var("RYE_POOLING").map_or(true, |v| v != "0"),
+            // The bundled components as the build compiled them, unless
+            // RYE_PRECOMPILED=0 asks for them to be compiled here.
+            precompiled: std::env::var("RYE_PRECOMPILED")
+                .map_or(true, |v| v != "0")
+                .then_some(rye_system::precompiled as rye_components::Precompiled),
             ..HostConfig::default()
         };
         Ok(Self {

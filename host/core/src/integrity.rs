@@ -335,7 +335,7 @@ impl Rye {
     }
 
     /// SHA-256 of a file, re-read only when its stamp changed.
-    fn file_hash(&self, path: &Path) -> Result<[u8; 32], HostError> {
+    pub(crate) fn file_hash(&self, path: &Path) -> Result<[u8; 32], HostError> {
         let stamp = FileStamp::read(path).map_err(|e| HostError::io(path, e))?;
         if let Some((known, hash)) = self
             .integrity

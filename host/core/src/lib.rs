@@ -67,8 +67,9 @@ pub use rye_components::{
     Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,
 };
 pub use rye_integrity;
+pub use rye_space::query::{Fuzzy, Matching};
 pub use rye_space::{ItemKind, Location, Space, SpaceError, Spaces, shorten, validate_plugin_name};
-pub use search::{SearchHit, SearchRequest, SearchResponse, SourceFilter};
+pub use search::{Filters, SearchHit, SearchRequest, SearchResponse, SortBy, SourceFilter};
 pub use sign::{FileCheck, SignOutcome, Signable, SignedFile};
 pub use trace::{CommandResult, Event, LockfileStatus, Step};
 pub use trust_state::Signed;

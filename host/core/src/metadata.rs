@@ -15,7 +15,7 @@
 //! | tool      | `config_schema`, `env_config`, `config`, `config_resolve` | `CONFIG_SCHEMA`… or the bare lowercase key |
 //! | tool      | `anchor`, `verify_deps`, `execution_params`, `child_constraints`, `inputs`, `outputs`, `adapter` | bare keys |
 //! | directive | `description`, `author`, `title` | same keys                                        |
-//! | knowledge | `title`, `entry_type`, `tags`, `description`, `author` | same keys                    |
+//! | knowledge | `title`, `entry_type`, `tags`, `description`, `author`, `created_at` | same keys     |
 
 use serde_json::{Map, Value};
 
@@ -62,6 +62,7 @@ const KNOWLEDGE_FIELDS: &[(&str, &[&str])] = &[
     ("description", &["description"]),
     ("tags", &["tags"]),
     ("author", &["author"]),
+    ("created_at", &["created_at"]),
 ];
 
 /// The metadata of an item with id `id` whose parser produced `document`.

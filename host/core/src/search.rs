@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rye_space::query::Query;
+use rye_space::query::{Document, Matching, Query};
 use rye_space::{ItemKind, Listed, Space};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -78,6 +78,177 @@ pub struct SearchRequest {
     pub offset: usize,
     /// The project folder (holding `.ai/`), if any.
     pub project: Option<PathBuf>,
+    /// Queries each named field must match besides `query`:
+    /// `("name", "bash")` is `name:bash` in the query.
+    pub fields: Vec<(String, String)>,
+    /// Conditions on results (see [`Filters`]).
+    pub filters: Filters,
+    pub sort_by: SortBy,
+    /// Fuzzy terms and proximity.
+    pub matching: Matching,
+}
+
+/// How results are ordered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SortBy {
+    /// Best score first (then project before user before system, and id).
+    #[default]
+    Score,
+    /// Newest `created_at` first; items without one last.
+    Date,
+    /// By name, A to Z.
+    Name,
+}
+
+impl std::str::FromStr for SortBy {
+    type Err = HostError;
+
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        match s {
+            "score" => Ok(Self::Score),
+            "date" => Ok(Self::Date),
+            "name" => Ok(Self::Name),
+            other => Err(HostError::Unknown {
+                what: "sort_by",
+                value: other.to_owned(),
+                expected: "score, date or name",
+            }),
+        }
+    }
+}
+
+/// Conditions every result must meet, by field (a top-level field such as
+/// `name`, `category`, `id`, `source` or `type`, else a metadata key):
+///
+/// - `date_from` / `date_to`: ISO dates compared with `created_at`
+///   (inclusive; an item without one passes);
+/// - a list: the item's value is one of them, or shares one with them
+///   when it is a list itself (tags);
+/// - `"!x"`: the value is not `x`;
+/// - `">=1.2"`, `"<=…"`, `">…"`, `"<…"`: dotted versions compared by
+///   number (padded to three parts);
+/// - anything else: equal, ignoring case (a member, for a list value).
+#[derive(Debug, Clone, Default)]
+pub struct Filters(Vec<(String, Value)>);
+
+impl Filters {
+    /// The filters of a JSON object.
+    pub fn from_object(filters: &Map<String, Value>) -> Self {
+        Self(
+            filters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn pass(&self, item: &Listed, doc: &SearchDoc) -> bool {
+        self.0.iter().all(|(key, wanted)| match key.as_str() {
+            "date_from" | "date_to" => {
+                let (Some(date), Some(bound)) = (created_at(doc), wanted.as_str()) else {
+                    return true;
+                };
+                let date = &date[..date.len().min(bound.len())];
+                if key == "date_from" {
+                    date >= bound
+                } else {
+                    date <= bound
+                }
+            }
+            _ => value_of(item, doc, key).is_some_and(|have| filter_holds(&have, wanted)),
+        })
+    }
+}
+
+/// An item's `created_at` (or `date`), as written.
+fn created_at(doc: &SearchDoc) -> Option<&str> {
+    ["created_at", "date"]
+        .iter()
+        .find_map(|k| doc.metadata.get(*k).and_then(Value::as_str))
+}
+
+/// The value of `key` for a result: a top-level field or a metadata key.
+fn value_of(item: &Listed, doc: &SearchDoc, key: &str) -> Option<Value> {
+    Some(match key {
+        "id" => Value::from(item.id.as_str()),
+        "name" => Value::from(doc.name.as_str()),
+        "title" => Value::from(doc.title.as_str()),
+        "description" => Value::from(doc.description.as_str()),
+        "source" => Value::from(item.space.to_string()),
+        "type" => Value::from(item.kind.to_string()),
+        _ => doc.metadata.get(key)?.clone(),
+    })
+}
+
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.to_lowercase()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn filter_holds(have: &Value, wanted: &Value) -> bool {
+    let members: Vec<String> = match have {
+        Value::Array(items) => items.iter().filter_map(scalar_text).collect(),
+        other => scalar_text(other).into_iter().collect(),
+    };
+    match wanted {
+        Value::Array(options) => options
+            .iter()
+            .filter_map(scalar_text)
+            .any(|o| members.contains(&o)),
+        Value::String(condition) => {
+            let condition = condition.to_lowercase();
+            if let Some(not) = condition.strip_prefix('!') {
+                return !members.iter().any(|m| m == not);
+            }
+            for (op, holds) in [
+                (
+                    ">=",
+                    (|o| o != std::cmp::Ordering::Less) as fn(std::cmp::Ordering) -> bool,
+                ),
+                ("<=", |o| o != std::cmp::Ordering::Greater),
+                (">", |o| o == std::cmp::Ordering::Greater),
+                ("<", |o| o == std::cmp::Ordering::Less),
+            ] {
+                if let Some(bound) = condition.strip_prefix(op) {
+                    return members
+                        .iter()
+                        .any(|m| holds(compare_versions(m, bound.trim())));
+                }
+            }
+            members.contains(&condition)
+        }
+        other => scalar_text(other).is_some_and(|o| members.contains(&o)),
+    }
+}
+
+/// Dotted versions compared part by part as numbers, padded to three
+/// parts; a part that is not a number compares equal.
+fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    let parts = |v: &str| -> Vec<Option<u64>> {
+        let mut parts: Vec<Option<u64>> = v.split('.').map(|p| p.trim().parse().ok()).collect();
+        while parts.len() < 3 {
+            parts.push(Some(0));
+        }
+        parts
+    };
+    let (a, b) = (parts(a), parts(b));
+    for (x, y) in a.iter().zip(&b) {
+        if let (Some(x), Some(y)) = (x, y)
+            && x != y
+        {
+            return x.cmp(y);
+        }
+    }
+    std::cmp::Ordering::Equal
 }
 
 impl SearchRequest {
@@ -89,6 +260,10 @@ impl SearchRequest {
             limit: 10,
             offset: 0,
             project: None,
+            fields: Vec::new(),
+            filters: Filters::default(),
+            sort_by: SortBy::Score,
+            matching: Matching::default(),
         }
     }
 
@@ -113,10 +288,16 @@ pub struct SearchHit {
     pub name: String,
     pub title: String,
     pub description: String,
+    /// The item's category, as its metadata says (also in `metadata`).
+    pub category: String,
     pub preview: String,
     pub source: Space,
     pub path: PathBuf,
     pub score: f64,
+    /// Whether the file is signed by a trusted key and unchanged since.
+    pub signed: bool,
+    /// The SHA-256 of the file when it is signed and verified.
+    pub integrity: Option<String>,
     pub metadata: Map<String, Value>,
     /// The space whose item of the same id wins over this one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +320,7 @@ pub struct SearchResponse {
     pub source: SourceFilter,
     pub limit: usize,
     pub offset: usize,
+    pub sort_by: SortBy,
     pub search_type: &'static str,
 }
 
@@ -191,7 +373,11 @@ impl Rye {
     /// id, so equal queries give equal answers.
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, HostError> {
         let (kinds, namespace) = parse_scope(&request.scope)?;
-        let query = Query::parse(&request.query)?;
+        let mut query = Query::parse(&request.query)?;
+        for (field, text) in &request.fields {
+            query = query.and_field(field, Query::parse(text)?)?;
+        }
+        let (filters, how) = (&request.filters, &request.matching);
         let session = self.session(request.project.as_deref());
         let spaces = &session.spaces;
         let extractors = session.extractors(self)?;
@@ -232,6 +418,7 @@ impl Rye {
                 .enumerate()
                 .map(|(n, items)| {
                     let (session, extractors, query) = (&session, &extractors, &query);
+                    let listed = &listed;
                     scope.spawn(move || {
                         let docs = self.search_docs(session, items);
                         let mut matches = Vec::new();
@@ -244,8 +431,19 @@ impl Rye {
                                 .iter()
                                 .map(|(field, weight)| (*weight, doc.field(field)))
                                 .collect();
-                            if let Some(score) = query.score_joined(&doc.joined, &fields) {
-                                matches.push((score, n * chunk + i, doc.clone()));
+                            let weight = |name: &str| {
+                                extractor
+                                    .search_fields
+                                    .iter()
+                                    .find(|(field, _)| field == name)
+                                    .map_or(1.0, |(_, w)| *w)
+                            };
+                            let index = n * chunk + i;
+                            if let Some(score) =
+                                query.score_document(doc.as_ref(), &fields, weight, how)
+                                && filters.pass(listed[index], &doc)
+                            {
+                                matches.push((score, index, doc.clone()));
                             }
                         }
                         matches
@@ -259,12 +457,30 @@ impl Rye {
         });
         let mut matches: Vec<(f64, usize, Arc<SearchDoc>)> = scored.into_iter().flatten().collect();
 
-        matches.sort_by(|(sa, ia, _), (sb, ib, _)| {
+        matches.sort_by(|(sa, ia, da), (sb, ib, db)| {
             let (a, b) = (&listed[*ia], &listed[*ib]);
-            sb.total_cmp(sa)
-                .then(a.space.cmp(&b.space))
-                .then(a.kind.cmp(&b.kind))
-                .then_with(|| a.id.cmp(&b.id))
+            let by_score = || {
+                sb.total_cmp(sa)
+                    .then(a.space.cmp(&b.space))
+                    .then(a.kind.cmp(&b.kind))
+                    .then_with(|| a.id.cmp(&b.id))
+            };
+            match request.sort_by {
+                SortBy::Score => by_score(),
+                // Newest first; undated last.
+                SortBy::Date => match (created_at(da), created_at(db)) {
+                    (Some(x), Some(y)) => y.cmp(x),
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (None, None) => std::cmp::Ordering::Equal,
+                }
+                .then_with(by_score),
+                SortBy::Name => da
+                    .name
+                    .to_lowercase()
+                    .cmp(&db.name.to_lowercase())
+                    .then_with(by_score),
+            }
         });
         let total = matches.len();
         let page: Vec<_> = matches
@@ -282,11 +498,28 @@ impl Rye {
                     .push(index);
             }
         }
+        let trust = session.trust(self);
         let results = page
             .iter()
             .map(|(score, index, doc)| {
                 let item = &listed[*index];
                 let mut hit = hit(item, doc, *score);
+                // Search never refuses an item for its signature; it says
+                // how the signature stands.
+                let verified = self.file_hash(&item.path).ok().and_then(|hash| {
+                    let signed = self
+                        .verify_item(
+                            &trust,
+                            Some(&extractors),
+                            (item.kind, item.space, &item.path),
+                            hash,
+                            None,
+                        )
+                        .ok()?;
+                    matches!(signed, crate::Signed::Verified(_)).then_some(hash)
+                });
+                hit.signed = verified.is_some();
+                hit.integrity = verified.map(hex::encode);
                 let group = &same[&(item.kind, item.id.as_str())];
                 if group[0] == *index {
                     hit.shadows = group[1..]
@@ -310,6 +543,7 @@ impl Rye {
             source: request.source,
             limit: request.limit,
             offset: request.offset,
+            sort_by: request.sort_by,
             search_type: "keyword",
         })
     }
@@ -423,10 +657,18 @@ fn hit(listed: &Listed, doc: &SearchDoc, score: f64) -> SearchHit {
         name: doc.name.clone(),
         title: doc.title.clone(),
         description: doc.description.clone(),
+        category: doc
+            .metadata
+            .get("category")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
         preview: doc.preview.clone(),
         source: listed.space,
         path: listed.path.clone(),
         score,
+        signed: false,
+        integrity: None,
         metadata: doc.metadata.clone(),
         shadowed_by: None,
         shadows: Vec::new(),
@@ -434,9 +676,60 @@ fn hit(listed: &Listed, doc: &SearchDoc, score: f64) -> SearchHit {
     }
 }
 
+impl Document for SearchDoc {
+    fn joined(&self) -> &str {
+        &self.joined
+    }
+
+    fn field(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
+        let name = if name == "content" { "preview" } else { name };
+        if let Some(i) = crate::search_index::FIELDS.iter().position(|f| *f == name) {
+            return Some(Cow::Borrowed(self.fields[i].as_str()));
+        }
+        match self.metadata.get(name)? {
+            Value::Array(items) => Some(Cow::Owned(
+                items
+                    .iter()
+                    .filter_map(scalar_text)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )),
+            Value::Null => None,
+            other => Some(Cow::Owned(
+                scalar_text(other).unwrap_or_else(|| other.to_string().to_lowercase()),
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_hold_as_the_original_reads_them() {
+        let s = |v: &str| Value::from(v);
+        assert!(filter_holds(&s("Python"), &s("python")));
+        assert!(!filter_holds(&s("python"), &s("!python")));
+        assert!(filter_holds(&s("node"), &s("!python")));
+        assert!(filter_holds(&s("1.10.0"), &s(">=1.9")));
+        assert!(!filter_holds(&s("1.2"), &s(">1.2.0")));
+        assert!(filter_holds(&s("2"), &s("<10")));
+        assert!(
+            filter_holds(&s("1.x"), &s(">=1.5")),
+            "a part that is not a number is equal"
+        );
+        let tags = serde_json::json!(["web", "http"]);
+        assert!(filter_holds(&tags, &serde_json::json!(["http", "ftp"])));
+        assert!(!filter_holds(&tags, &serde_json::json!(["ftp"])));
+        assert!(filter_holds(&tags, &s("web")));
+        assert!(filter_holds(
+            &s("python"),
+            &serde_json::json!(["node", "python"])
+        ));
+        assert!(filter_holds(&Value::from(3), &Value::from(3)));
+    }
 
     #[test]
     fn scopes() {

@@ -98,6 +98,93 @@ pub struct SearchArgs {
     pub limit: usize,
     #[serde(default)]
     pub offset: usize,
+    /// `{field: query}`: each field must match its query.
+    #[serde(default)]
+    pub fields: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub filters: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub sort_by: Option<String>,
+    /// `true`, or `{"enabled": bool, "max_distance": n}`.
+    #[serde(default)]
+    pub fuzzy: Option<Value>,
+    /// `true`, or `{"enabled": bool, "max_distance": n}` (default 5).
+    #[serde(default)]
+    pub proximity: Option<Value>,
+}
+
+impl SearchArgs {
+    /// The request these arguments ask for, or why they cannot.
+    pub(crate) fn request(self) -> Result<rye_host::SearchRequest, String> {
+        let source = rye_host::SourceFilter::parse(&self.source).map_err(|e| e.to_string())?;
+        let mut fields = Vec::new();
+        for (name, query) in self.fields.unwrap_or_default() {
+            let Value::String(query) = query else {
+                return Err(format!("fields.{name} must be a query string, not {query}"));
+            };
+            fields.push((name, query));
+        }
+        let sort_by = match self.sort_by.as_deref() {
+            None => rye_host::SortBy::default(),
+            Some(s) => s.parse().map_err(|e: rye_host::HostError| e.to_string())?,
+        };
+        let fuzzy = match loosening("fuzzy", self.fuzzy)? {
+            None => rye_host::Fuzzy::Off,
+            Some(None) => rye_host::Fuzzy::Auto,
+            Some(Some(n)) => rye_host::Fuzzy::Edits(n),
+        };
+        let proximity = loosening("proximity", self.proximity)?.map(|n| n.unwrap_or(5));
+        Ok(rye_host::SearchRequest {
+            source,
+            limit: self.limit,
+            offset: self.offset,
+            project: Some(std::path::PathBuf::from(self.project_path)),
+            fields,
+            filters: rye_host::Filters::from_object(&self.filters.unwrap_or_default()),
+            sort_by,
+            matching: rye_host::Matching { fuzzy, proximity },
+            ..rye_host::SearchRequest::new(self.scope, self.query)
+        })
+    }
+}
+
+/// `fuzzy` or `proximity`: off (`None`), on with the default distance
+/// (`Some(None)`), or on with a distance.
+fn loosening(name: &str, value: Option<Value>) -> Result<Option<Option<usize>>, String> {
+    let distance = |v: &Value| -> Result<Option<usize>, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => v
+                .as_u64()
+                .filter(|n| *n <= 16)
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| {
+                    format!("{name}.max_distance must be a number from 0 to 16, not {v}")
+                }),
+        }
+    };
+    match value {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => Ok(Some(None)),
+        Some(Value::Object(options)) => {
+            for key in options.keys() {
+                if key != "enabled" && key != "max_distance" {
+                    return Err(format!(
+                        "{name}.{key} is not an option (enabled, max_distance)"
+                    ));
+                }
+            }
+            if options.get("enabled").and_then(Value::as_bool) == Some(false) {
+                return Ok(None);
+            }
+            Ok(Some(distance(
+                options.get("max_distance").unwrap_or(&Value::Null),
+            )?))
+        }
+        Some(other) => Err(format!(
+            "{name} must be true, false or {{\"enabled\", \"max_distance\"}}, not {other}"
+        )),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

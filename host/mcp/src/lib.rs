@@ -37,10 +37,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use rye_host::{
-    ErrorReply, ExecuteRequest, LoadRequest, Rye, SearchRequest, SignAllReply, SignReply,
-    SourceFilter, Space,
-};
+use rye_host::{ErrorReply, ExecuteRequest, LoadRequest, Rye, SignAllReply, SignReply, Space};
 use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
@@ -129,15 +126,7 @@ impl RyeServer {
     }
 
     async fn search(&self, args: SearchArgs) -> Result<Value, McpError> {
-        let source = SourceFilter::parse(&args.source).map_err(|e| invalid(&e.to_string()))?;
-        let request = SearchRequest {
-            scope: args.scope,
-            query: args.query,
-            source,
-            limit: args.limit,
-            offset: args.offset,
-            project: Some(PathBuf::from(args.project_path)),
-        };
+        let request = args.request().map_err(|e| invalid(&e))?;
         self.blocking(move |rye| match rye.search(&request) {
             Ok(response) => serde_json::to_value(response).unwrap_or_default(),
             Err(e) => ErrorReply::host(&e).of_query(&request.query).to_value(),

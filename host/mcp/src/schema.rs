@@ -40,7 +40,11 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Find directives, tools and knowledge by keyword across the project, user and system spaces. \
              scope is an item kind or all, optionally narrowed to a namespace (tool.rye.core.*). The query \
              matches words as substrings; * and ? are wildcards, \"quoted phrases\" match as written, and \
-             AND, OR, NOT and parentheses combine terms. Results are ranked and deterministic.",
+             AND, OR, NOT and parentheses combine terms; field:term matches one field (name:bash, any metadata \
+             key). fields adds {field: query} conditions, filters keeps results by value (!x, >=1.2, lists, \
+             date_from/date_to), sort_by orders by score, date or name, fuzzy lets terms match words a few \
+             edits away and proximity asks terms to stand near each other. Each result says whether it is \
+             signed, with its integrity hash. Results are ranked and deterministic.",
             json!({
                 "type": "object",
                 "properties": {
@@ -49,7 +53,18 @@ pub(crate) fn tools() -> Vec<Tool> {
                     "project_path": {"type": "string"},
                     "source": {"type": "string", "enum": ["project", "user", "system", "local", "registry", "all"], "default": "all"},
                     "limit": {"type": "integer", "default": 10},
-                    "offset": {"type": "integer", "default": 0}
+                    "offset": {"type": "integer", "default": 0},
+                    "fields": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "filters": {"type": "object"},
+                    "sort_by": {"type": "string", "enum": ["score", "date", "name"], "default": "score"},
+                    "fuzzy": {"oneOf": [
+                        {"type": "boolean"},
+                        {"type": "object", "properties": {"enabled": {"type": "boolean"}, "max_distance": {"type": "integer", "minimum": 0, "maximum": 16}}, "additionalProperties": false}
+                    ]},
+                    "proximity": {"oneOf": [
+                        {"type": "boolean"},
+                        {"type": "object", "properties": {"enabled": {"type": "boolean"}, "max_distance": {"type": "integer", "minimum": 0, "maximum": 16}}, "additionalProperties": false}
+                    ]}
                 },
                 "required": ["scope", "query", "project_path"]
             }),
