@@ -62,6 +62,12 @@ pub use reply::{
     SignEntry, SignReply, Took, ToolMetadata, ToolReply, Truncated, echo,
 };
 pub use rye::Rye;
+
+/// How many bundled components the build compiled into the binary, and
+/// their machine code's bytes.
+pub fn bundled_artifacts() -> (usize, usize) {
+    rye_system::precompiled_size()
+}
 pub use rye_components::{
     CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,
     Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,

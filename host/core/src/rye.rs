@@ -45,10 +45,8 @@ impl Rye {
             None => rye_system::materialize(&config.cache_dir)
                 .map_err(|e| HostError::io(&config.cache_dir, e))?,
         };
-        let mut components = config.components;
-        components.precompiled = components.precompiled.or(Some(rye_system::precompiled));
-        let components =
-            ComponentHost::new(components).map_err(|e| HostError::Engine(format!("{e:#}")))?;
+        let components = ComponentHost::new(config.components)
+            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
         Ok(Self {
             components,
             system_base,

@@ -37,6 +37,16 @@ pub fn precompiled(wasm_hash: &[u8; 32]) -> Option<&'static [u8]> {
         .map(|(_, bytes)| *bytes)
 }
 
+/// How many components the build precompiled, and their bytes: what the
+/// compiled code adds to the binary.
+pub fn precompiled_size() -> (usize, usize) {
+    let table = precompiled::PRECOMPILED;
+    (
+        table.len(),
+        table.iter().map(|(_, bytes)| bytes.len()).sum(),
+    )
+}
+
 fn hex_of(bytes: &[u8; 32]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
