@@ -69,6 +69,18 @@ fn is_field_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
+/// The rest of a quoted phrase (its opening `"` already read), lowercase.
+fn phrase(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<String, QueryError> {
+    let mut phrase = String::new();
+    loop {
+        match chars.next() {
+            Some('"') => return Ok(phrase.to_lowercase()),
+            Some(c) => phrase.push(c),
+            None => return Err(QueryError("a quoted phrase is never closed".into())),
+        }
+    }
+}
+
 fn tokenize(query: &str) -> Result<Vec<Token>, QueryError> {
     let mut tokens = Vec::new();
     let mut chars = query.chars().peekable();
@@ -87,15 +99,7 @@ fn tokenize(query: &str) -> Result<Vec<Token>, QueryError> {
             }
             '"' => {
                 chars.next();
-                let mut phrase = String::new();
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some(c) => phrase.push(c),
-                        None => return Err(QueryError("a quoted phrase is never closed".into())),
-                    }
-                }
-                tokens.push(Token::Phrase(phrase.to_lowercase()));
+                tokens.push(Token::Phrase(phrase(&mut chars)?));
             }
             _ => {
                 let mut word = String::new();
@@ -111,17 +115,8 @@ fn tokenize(query: &str) -> Result<Vec<Token>, QueryError> {
                     && chars.peek() == Some(&'"')
                 {
                     chars.next();
-                    let mut phrase = String::new();
-                    loop {
-                        match chars.next() {
-                            Some('"') => break,
-                            Some(c) => phrase.push(c),
-                            None => {
-                                return Err(QueryError("a quoted phrase is never closed".into()));
-                            }
-                        }
-                    }
-                    tokens.push(Token::Field(field.to_owned(), phrase.to_lowercase(), true));
+                    let phrase = phrase(&mut chars)?;
+                    tokens.push(Token::Field(field.to_owned(), phrase, true));
                     continue;
                 }
                 if let Some((field, value)) = word.split_once(':')
