@@ -431,10 +431,9 @@ pub(crate) fn static_anchor(chain: &crate::Chain, project: &Path) -> Option<Path
 }
 
 /// The dependency files of `chain` as `verify_deps` would select them at
-/// run time, with the anchor placed statically (see [`static_anchor`]).
-pub(crate) fn static_deps(chain: &crate::Chain, project: &Path) -> Result<Vec<PathBuf>, HostError> {
-    let anchor = static_anchor(chain, project);
-    Ok(deps_files(chain, anchor.as_deref())?.map_or_else(Vec::new, |(files, _)| files))
+/// run time with its anchor at `anchor` (placed by [`static_anchor`]).
+pub(crate) fn static_deps(chain: &crate::Chain, anchor: &Path) -> Result<Vec<PathBuf>, HostError> {
+    Ok(deps_files(chain, Some(anchor))?.map_or_else(Vec::new, |(files, _)| files))
 }
 
 fn collect_deps(

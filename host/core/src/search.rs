@@ -684,8 +684,8 @@ impl Document for SearchDoc {
     fn field(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         let name = if name == "content" { "preview" } else { name };
-        if let Some(i) = crate::search_index::FIELDS.iter().position(|f| *f == name) {
-            return Some(Cow::Borrowed(self.fields[i].as_str()));
+        if crate::search_index::FIELDS.contains(&name) {
+            return Some(Cow::Borrowed(SearchDoc::field(self, name)));
         }
         match self.metadata.get(name)? {
             Value::Array(items) => Some(Cow::Owned(

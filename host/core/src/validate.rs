@@ -379,7 +379,7 @@ impl ToolCheck<'_> {
             return;
         };
         let tool_dir = path.parent().unwrap_or(Path::new("/")).to_owned();
-        let walk = (anchor, tool_dir, rule.to_string());
+        let walk = (anchor.clone(), tool_dir, rule.to_string());
         if !self
             .dependencies
             .lock()
@@ -389,7 +389,7 @@ impl ToolCheck<'_> {
         {
             return;
         }
-        match crate::integrity::static_deps(chain, self.root) {
+        match crate::integrity::static_deps(chain, &anchor) {
             Ok(files) => self
                 .dependencies
                 .lock()
