@@ -51,7 +51,7 @@ use __wit::exports::rye::plugin::validation as wit;
 pub use __wit::rye::plugin::types::{
     Diagnostic, ItemKind, LocatedError, Position, Severity, Space,
 };
-pub use wit::{ChainLink, Item, Subject, ValidatorInfo};
+pub use wit::{ChainLink, ConfigSchema, Item, Subject, ValidatorInfo};
 
 crate::diagnostics::impl_type_helpers!(crate::validator::__wit::rye::plugin::types);
 

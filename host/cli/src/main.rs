@@ -203,7 +203,7 @@ enum Command {
     /// Sign an item (after its parser reads it as valid) or a component
     /// (a detached `.sig` beside it), or every one of a space with --all.
     Sign {
-        /// directive, tool, knowledge, parser, adapter or validator.
+        /// directive, tool, knowledge, config, parser, adapter or validator.
         #[arg(required_unless_present = "all")]
         kind: Option<String>,
         /// The item id, or the component's name under its folder.

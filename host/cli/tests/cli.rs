@@ -846,6 +846,132 @@ fn keys_sign_execute_and_verify_from_the_command_line() {
     );
 }
 
+/// What a command that must exit 1 printed, on either stream.
+fn failed_output(env: &Env, args: &[&str]) -> String {
+    let out = env.rye(args);
+    assert_eq!(out.status.code(), Some(1), "rye {args:?} should fail");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// `<name>.config-schema`: the schema of config items named `<name>`.
+const REMOTE_SCHEMA: &str = "version: \"1.0.0\"\ntool_type: config-schema\nexecutor_id: null\ncategory: demo\ndescription: Settings of the remote tool\nschema:\n  type: object\n  required: [url]\n  additionalProperties: false\n  properties:\n    url: {type: string, pattern: \"^https://\"}\n    retries: {type: integer, minimum: 0, maximum: 5}\n";
+
+const REMOTE_CONFIG: &str =
+    "name: remote\ncategory: demo\nversion: \"1.0.0\"\nurl: https://example.org\nretries: 3\n";
+
+#[test]
+fn config_items_are_signed_checked_by_their_schema_and_refused_when_tampered() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    env.write(".ai/tools/demo/remote.config-schema.yaml", REMOTE_SCHEMA);
+    env.write(
+        ".ai/tools/demo/reader.py",
+        "__version__ = '1.0.0'\n__tool_type__ = 'python'\n__executor_id__ = 'rye/core/runtimes/python/script'\n\
+         __category__ = 'demo'\n__tool_description__ = 'Prints its resolved config'\n\
+         CONFIG_RESOLVE = {'path': 'demo/remote.yaml', 'mode': 'first_match'}\nimport json, sys\n\
+         if __name__ == '__main__':\n    print(json.dumps(json.load(sys.stdin)['resolved_config']))\n",
+    );
+    let config = env.write(".ai/config/demo/remote.yaml", REMOTE_CONFIG);
+    env.ok(&["sign", "tool", "demo/remote.config-schema"]);
+    env.ok(&["sign", "tool", "demo/reader"]);
+
+    // Content that breaks the schema is not signed, and each breach is
+    // named with its place and line.
+    let bad = REMOTE_CONFIG
+        .replace("https://example.org", "http://example.org")
+        .replace("retries: 3", "retries: 9\ncolour: red");
+    std::fs::write(&config, &bad).unwrap();
+    let refused = failed_output(&env, &["sign", "config", "demo/remote"]);
+    for needle in [
+        "remote.yaml",
+        "/url \"http://example.org\" does not match the pattern \"^https://\" (schema demo/remote.config-schema)",
+        "/retries 9 is more than 5",
+        "/colour is not a known property",
+    ] {
+        assert!(refused.contains(needle), "{needle:?} not in {refused}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        bad,
+        "a refused file is left as it was"
+    );
+    let report = env.rye(&["validate", "--format", "json"]);
+    assert_eq!(report.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let breach = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["rule"] == "rye/config/schema"
+                && f["message"].as_str().unwrap().starts_with("/retries")
+        })
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(breach["line"], 5, "{breach:#}");
+    assert!(
+        breach["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".ai/config/demo/remote.yaml")
+    );
+
+    // Good content signs; verify, validate and the tool reading it agree.
+    std::fs::write(&config, REMOTE_CONFIG).unwrap();
+    let signed = env.json(&["sign", "config", "demo/remote"]);
+    assert_eq!(signed[0]["changed"], true, "{signed:#}");
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .starts_with("# rye:signed:")
+    );
+    assert!(env.ok(&["verify", ".ai"]).contains("3 verified, 0 failed"));
+    let clean = env.ok(&["validate", "--require-signed"]);
+    assert!(clean.contains("3 items, 1 chains"), "{clean}");
+    assert!(clean.contains(": 0 errors, 0 warnings"), "{clean}");
+    let read = env.json(&["execute", "tool", "demo/reader"]);
+    assert_eq!(read["data"]["url"], "https://example.org", "{read:#}");
+
+    // Tampered after signing: refused everywhere it is read.
+    let tampered = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("retries: 3", "retries: 4");
+    std::fs::write(&config, tampered).unwrap();
+    let out = env.rye(&["verify", ".ai/config"]);
+    assert_eq!(out.status.code(), Some(1));
+    let verdict = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        verdict.contains("remote.yaml") && verdict.contains("modified"),
+        "{verdict}"
+    );
+    let out = env.rye(&["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("remote.yaml") && text.contains("modified"),
+        "{text}"
+    );
+    let out = env.rye(&["execute", "tool", "demo/reader"]);
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        result["error"].as_str().unwrap().contains("remote.yaml"),
+        "{result:#}"
+    );
+
+    // The key store is not made of config items; a broken schema does
+    // not leave a config unchecked.
+    let store = failed_output(&env, &["sign", "config", "keys/trusted/x"]);
+    assert!(store.contains("key store"), "{store}");
+    std::fs::write(&config, REMOTE_CONFIG).unwrap();
+    env.write(
+        ".ai/tools/demo/remote.config-schema.yaml",
+        &REMOTE_SCHEMA.replace("schema:\n", "layout:\n"),
+    );
+    let broken = failed_output(&env, &["sign", "config", "demo/remote"]);
+    assert!(broken.contains("remote.config-schema.yaml"), "{broken}");
+}
+
 #[test]
 fn verify_checks_files_signed_by_the_original_system() {
     let env = Env::new();

@@ -237,6 +237,61 @@ fn search_takes_fields_filters_sort_fuzzy_and_proximity() {
 }
 
 #[test]
+fn sign_takes_config_items_checked_by_their_schema() {
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let write = |relative: &str, text: &str| {
+        let path = env.project.path().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    write(
+        ".ai/tools/demo/limits.config-schema.yaml",
+        "version: \"1.0.0\"\ntool_type: config-schema\nexecutor_id: null\ncategory: demo\ndescription: Limits\nschema:\n  type: object\n  properties:\n    rps: {type: integer, maximum: 100}\n",
+    );
+    env.rye(&["sign", "tool", "demo/limits.config-schema"]);
+    let config = write(
+        ".ai/config/demo/limits.yaml",
+        "name: limits\ncategory: demo\nversion: \"1.0.0\"\nrps: 500\n",
+    );
+    runtime().block_on(async {
+        let client = env.client().await;
+        let sign = |id: &str| {
+            call(
+                "sign",
+                json!({"item_type": "config", "item_id": id, "project_path": env.project()}),
+            )
+        };
+        let refused = client.call_tool(sign("demo/limits")).await.unwrap();
+        assert_eq!(refused.is_error, Some(true));
+        let reply = refused.structured_content.unwrap();
+        let error = reply["error"].as_str().unwrap();
+        assert!(
+            error.contains("limits.yaml") && error.contains("/rps 500 is more than 100"),
+            "{reply:#}"
+        );
+        std::fs::write(
+            &config,
+            "name: limits\ncategory: demo\nversion: \"1.0.0\"\nrps: 50\n",
+        )
+        .unwrap();
+        let signed = client.call_tool(sign("demo/limits")).await.unwrap();
+        assert_eq!(signed.is_error, Some(false), "{signed:?}");
+        assert_eq!(signed.structured_content.unwrap()["status"], "signed");
+        let missing = client.call_tool(sign("demo/absent")).await.unwrap();
+        assert_eq!(missing.is_error, Some(true));
+        client.cancel().await.unwrap();
+    });
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .starts_with("# rye:signed:")
+    );
+}
+
+#[test]
 fn cancelling_an_execute_kills_the_sleeping_tool() {
     let env = Env::new();
     let pidfile = env.project.path().join("sleeper.pid");

@@ -48,6 +48,6 @@ pub use parse::{
 };
 pub use services::{AdapterServices, PluginSpace};
 pub use validate::{
-    ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, Subject, Validated, ValidatorInfo,
+    ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, SchemaRef, Subject, Validated, ValidatorInfo,
 };
 pub use world::{CONTRACT_PACKAGE, CONTRACT_VERSION, World};

@@ -39,6 +39,16 @@ pub struct ItemSubject<'a> {
     pub content: &'a str,
     /// The parser's document, JSON text.
     pub parsed: &'a str,
+    /// For a config item, the schema its content must satisfy.
+    pub config_schema: Option<SchemaRef<'a>>,
+}
+
+/// A config item's schema: the schema tool's id and the schema as JSON
+/// text.
+#[derive(Debug, Clone, Copy)]
+pub struct SchemaRef<'a> {
+    pub item_id: &'a str,
+    pub schema: &'a str,
 }
 
 /// One element of a chain handed to a validator.
@@ -116,6 +126,10 @@ impl ComponentHost {
                 file_name: item.file_name.to_owned(),
                 content: item.content.to_owned(),
                 parsed: item.parsed.to_owned(),
+                config_schema: item.config_schema.map(|s| wit::ConfigSchema {
+                    item_id: s.item_id.to_owned(),
+                    schema: s.schema.to_owned(),
+                }),
             }),
             Subject::Chain(links) => wit::Subject::Chain(
                 links

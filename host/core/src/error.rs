@@ -119,6 +119,17 @@ pub enum HostError {
         failure: String,
     },
 
+    /// `.ai/config/keys/` is the key store, not config items.
+    #[error(
+        "config {id:?} is in the key store (.ai/config/keys/), which `rye keys` manages; it is not a config item"
+    )]
+    KeyStore { id: String },
+
+    /// A `<name>.config-schema` tool that cannot serve as a schema: a
+    /// config it applies to is never left unchecked for that.
+    #[error("{}: cannot serve as a config schema: {reason}", path.display())]
+    ConfigSchema { path: PathBuf, reason: String },
+
     /// Copying an item would leave its destination space two files for it.
     #[error("{}: copying would give the {space} space a second file for {kind} {id:?}; remove it first", existing.display())]
     CopyConflict {
@@ -176,6 +187,8 @@ impl HostError {
             | HostError::SystemReadOnly { .. }
             | HostError::NoComponent { .. }
             | HostError::ParserRefused { .. }
+            | HostError::ConfigSchema { .. }
+            | HostError::KeyStore { .. }
             | HostError::CopyConflict { .. }
             | HostError::NoAiFolder { .. }
             | HostError::DepsScope(_)

@@ -13,3 +13,9 @@ pub const COMPONENT_FOLDERS: [&str; 3] = [
 pub const fn component_folder(world: World) -> &'static str {
     world.folder()
 }
+
+/// Whether config id `id` lies in the key store (`.ai/config/keys/`: the
+/// signing keypair and the trusted-key files), which holds no config items.
+pub(crate) fn is_key_store(id: &str) -> bool {
+    id == "keys" || id.starts_with("keys/")
+}

@@ -17,6 +17,7 @@ mod cache;
 mod chain;
 mod chain_rules;
 mod config;
+mod config_schema;
 mod error;
 mod execute;
 mod finding;

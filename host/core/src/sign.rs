@@ -41,7 +41,7 @@ impl std::str::FromStr for Signable {
                 .map_err(|_| HostError::Unknown {
                     what: "kind to sign",
                     value: other.to_owned(),
-                    expected: "directive, tool, knowledge, parser, adapter or validator",
+                    expected: "directive, tool, knowledge, config, parser, adapter or validator",
                 }),
         }
     }
@@ -199,6 +199,9 @@ impl Rye {
                     return Err(HostError::NoComponent { path });
                 }
                 self.sign_component(&session, &path, folder, &key)
+            }
+            Signable::Item(ItemKind::Config) if crate::layout::is_key_store(id) => {
+                Err(HostError::KeyStore { id: id.to_owned() })
             }
             Signable::Item(kind) => {
                 let extractors = session.extractors(self)?;
@@ -374,7 +377,8 @@ impl Rye {
                 );
             }
         }
-        for kind in ItemKind::PRIMARY {
+        let config = extractors.get(ItemKind::Config).map(|_| ItemKind::Config);
+        for kind in ItemKind::PRIMARY.into_iter().chain(config) {
             let extractor = extractors.require(kind)?;
             let dir = root.kind_dir(kind);
             let mut files = Vec::new();
@@ -384,6 +388,9 @@ impl Rye {
                 let Some(id) = item_id(&dir, &path, &extractor.extensions) else {
                     continue;
                 };
+                if kind == ItemKind::Config && crate::layout::is_key_store(&id) {
+                    continue;
+                }
                 if kind == ItemKind::Tool && is_json_data(&path) {
                     // package.json and other data beside tools: a signature
                     // line would stop them being JSON.

@@ -78,11 +78,17 @@ impl Rye {
         let extractors = session.extractors(self)?;
         let mut items: Vec<(ItemKind, String, PathBuf)> = Vec::new();
         let mut conflicts = Vec::new();
-        for kind in ItemKind::PRIMARY {
+        // Config items count when a space defines the config kind; the key
+        // store under `config/keys/` is not made of items.
+        let config = extractors.get(ItemKind::Config).map(|_| ItemKind::Config);
+        for kind in ItemKind::PRIMARY.into_iter().chain(config) {
             let extractor = extractors.require(kind)?;
             let listed =
                 spaces.list_cached(&self.listings, kind, Space::Project, &extractor.extensions)?;
-            for item in listed.iter() {
+            for item in listed
+                .iter()
+                .filter(|item| !(kind == ItemKind::Config && crate::layout::is_key_store(&item.id)))
+            {
                 if let Some(escape) = item.escape_error(&ai) {
                     conflicts.push(Finding::error(
                         &item.path,
@@ -150,7 +156,7 @@ impl Rye {
                         let maybe_dependency = *kind == ItemKind::Tool
                             && parsed.as_ref().is_some_and(|p| {
                                 p.outcome.as_ref().as_ref().is_ok_and(|d| {
-                                    !is_extractor(&d.document) && !has_executor(&d.document)
+                                    !is_data(id, &d.document) && !has_executor(&d.document)
                                 })
                             });
                         if maybe_dependency {
@@ -340,10 +346,21 @@ impl ToolCheck<'_> {
         let document =
             parsed.and_then(|p| p.outcome.as_ref().as_ref().ok().map(|d| (p, &d.document)));
         if let Some((parsed, document)) = document {
-            self.validators.check_item(rye, parsed, document, found);
+            let schema = match kind {
+                ItemKind::Config => match rye.config_schema(self.session, id) {
+                    Ok(schema) => schema,
+                    Err(e) => {
+                        found.push(Finding::error(path, "config-schema", e.to_string()));
+                        return;
+                    }
+                },
+                _ => None,
+            };
+            self.validators
+                .check_item(rye, parsed, document, schema.as_ref(), found);
         }
         if kind != ItemKind::Tool
-            || document.is_some_and(|(_, d)| is_extractor(d))
+            || document.is_some_and(|(_, d)| is_data(id, d))
             || found.iter().any(|f| f.severity == Severity::Error)
         {
             return;
@@ -406,10 +423,12 @@ fn has_executor(document: &serde_json::Map<String, serde_json::Value>) -> bool {
     crate::metadata::tool_field(document, "executor_id").is_some_and(|v| !v.is_null())
 }
 
-/// An extractor (`tool_type: extractor` with no executor) is data the host
-/// reads, not a tool anything runs: it has no chain to check.
-fn is_extractor(document: &serde_json::Map<String, serde_json::Value>) -> bool {
+/// An extractor (`tool_type: extractor`) or a config schema (id
+/// `<name>.config-schema`) with no executor is data the host reads, not a
+/// tool anything runs: it has no chain to check.
+fn is_data(id: &str, document: &serde_json::Map<String, serde_json::Value>) -> bool {
     use crate::metadata::tool_field;
-    tool_field(document, "tool_type").and_then(serde_json::Value::as_str) == Some("extractor")
+    (tool_field(document, "tool_type").and_then(serde_json::Value::as_str) == Some("extractor")
+        || id.ends_with(".config-schema"))
         && tool_field(document, "executor_id").is_none_or(serde_json::Value::is_null)
 }

@@ -18,13 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rye_components::{
-    ChainLink, ComponentError, ItemSubject, LoadedComponent, PluginSpace, Severity, Subject,
-    ValidatorInfo, World,
+    ChainLink, ComponentError, ItemSubject, LoadedComponent, PluginSpace, SchemaRef, Severity,
+    Subject, ValidatorInfo, World,
 };
 use rye_integrity::TrustStore;
 use rye_space::{ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
+use crate::config_schema::ConfigSchema;
 use crate::finding::Finding;
 use crate::metadata::plugin_kind;
 use crate::session::Session;
@@ -78,12 +79,14 @@ impl ValidatorSet {
         self.validators.is_empty()
     }
 
-    /// Runs every validator that wants `item` (whose parse succeeded).
+    /// Runs every validator that wants `item` (whose parse succeeded);
+    /// a config item goes with its schema, if it has one.
     pub(crate) fn check_item(
         &self,
         rye: &Rye,
         item: &ParsedItem,
         document: &serde_json::Map<String, serde_json::Value>,
+        schema: Option<&ConfigSchema>,
         out: &mut Vec<Finding>,
     ) {
         if !self.validators.iter().any(|v| v.wants(item.kind)) {
@@ -102,6 +105,10 @@ impl ValidatorSet {
             file_name,
             content: &item.content,
             parsed: &parsed,
+            config_schema: schema.map(|s| SchemaRef {
+                item_id: &s.id,
+                schema: &s.schema,
+            }),
         });
         let file = SubjectFile {
             path: &item.path,
@@ -375,6 +382,11 @@ impl Rye {
         if set.is_empty() {
             return Ok(Arc::new(admitted));
         }
+        let schema = if item.kind == ItemKind::Config {
+            self.config_schema(session, item.id)?
+        } else {
+            None
+        };
         let mut h = Sha256::new();
         for v in &set.validators {
             h.update(v.component.hash);
@@ -385,6 +397,11 @@ impl Rye {
         h.update(b"\0");
         h.update(item.space.to_string());
         h.update(item.content_hash);
+        if let Some(schema) = &schema {
+            h.update(b"\0schema\0");
+            h.update(&schema.id);
+            h.update(schema.content_hash);
+        }
         if let Some(chain) = chain {
             for e in &chain.elements {
                 h.update(b"\0");
@@ -412,7 +429,13 @@ impl Rye {
                 (item.kind, item.id, item.space, item.path),
             )?;
             if let Ok(document) = parsed.outcome.as_ref() {
-                set.check_item(self, &parsed, &document.document, &mut found);
+                set.check_item(
+                    self,
+                    &parsed,
+                    &document.document,
+                    schema.as_ref(),
+                    &mut found,
+                );
             }
         }
         if let Some(chain) = chain {

@@ -93,7 +93,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             json!({
                 "type": "object",
                 "properties": {
-                    "item_type": {"type": "string", "enum": ["directive", "tool", "knowledge", "parser", "adapter", "validator"]},
+                    "item_type": {"type": "string", "enum": ["directive", "tool", "knowledge", "config", "parser", "adapter", "validator"]},
                     "item_id": {"type": "string"},
                     "project_path": {"type": "string"},
                     "source": {"type": "string", "enum": ["project", "user"], "default": "project"}

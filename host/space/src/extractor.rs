@@ -173,8 +173,8 @@ impl Extractors {
             .join(format!("{}_extractor.yaml", kind.as_str()))
     }
 
-    /// Reads each primary kind's extractor from the first space that has
-    /// one.
+    /// Reads each primary kind's extractor, and the config kind's if any
+    /// space defines it, from the first space that has one.
     pub fn load(spaces: &Spaces) -> Result<Self, SpaceError> {
         Self::load_with(spaces, |path| match std::fs::read_to_string(path) {
             Ok(text) => Ok(Some(text)),
@@ -204,6 +204,15 @@ impl Extractors {
                 expected: format!(".ai/{EXTRACTORS_DIR}/{0}/{0}_extractor.yaml", kind.as_str()),
             })?;
             by_kind.push(extractor);
+        }
+        // Config items are optional: without an extractor they can only
+        // stay unsigned.
+        for root in spaces.roots() {
+            let path = Self::path_in(&root.ai_dir, ItemKind::Config);
+            if let Some(text) = read(&path)? {
+                by_kind.push(Extractor::from_yaml(ItemKind::Config, &path, &text)?);
+                break;
+            }
         }
         Ok(Self { by_kind })
     }

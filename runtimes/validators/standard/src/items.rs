@@ -3,7 +3,7 @@
 //! metadata, config items.
 
 use rye_guest::serde_json::{Map, Value};
-use rye_guest::validator::ItemKind;
+use rye_guest::validator::{ConfigSchema, ItemKind};
 
 use crate::{Report, first, is_semver, kind_of};
 
@@ -13,10 +13,15 @@ pub(crate) fn check(kind: ItemKind, id: &str, document: &Map<String, Value>, rep
         None => ("", id),
     };
     match kind {
-        ItemKind::Tool => tool(folder, document, report),
+        ItemKind::Tool => {
+            tool(folder, document, report);
+            if stem.ends_with(".config-schema") {
+                config_schema_tool(document, report);
+            }
+        }
         ItemKind::Directive => directive(folder, stem, document, report),
         ItemKind::Knowledge => knowledge(folder, stem, document, report),
-        ItemKind::Config => config(folder, document, report),
+        ItemKind::Config => config(folder, stem, document, report),
     }
 }
 
@@ -163,34 +168,52 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
         }
     }
     if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
-        use crate::schema::Kind;
-        for problem in crate::schema::check(schema) {
-            let (rule, is_error, what) = match problem.kind {
-                Kind::Invalid => ("rye/tool/config-schema", true, "is not a valid JSON Schema"),
-                Kind::Unsatisfiable => (
-                    "rye/tool/config-schema-unsatisfiable",
-                    true,
-                    "can never be satisfied",
-                ),
-                Kind::TooDeep => (
-                    "rye/tool/config-schema-depth",
-                    false,
-                    "was checked only in part",
-                ),
-                Kind::UnknownDialect => {
-                    ("rye/tool/config-schema-dialect", false, "was not checked")
-                }
-            };
-            let message = format!("{key} {what}: {}", problem.message);
-            if is_error {
-                report.error_in(rule, message, key, &problem.at);
-            } else {
-                report.warning_in(rule, message, key, &problem.at);
-            }
-        }
+        schema_findings(key, schema, report);
     }
     if tool_type == Some("runtime") {
         crate::runtime::check(document, report);
+    }
+}
+
+/// Findings about a JSON Schema written under `key`.
+fn schema_findings(key: &str, schema: &Value, report: &mut Report) {
+    use crate::schema::Kind;
+    for problem in crate::schema::check(schema) {
+        let (rule, is_error, what) = match problem.kind {
+            Kind::Invalid => ("rye/tool/config-schema", true, "is not a valid JSON Schema"),
+            Kind::Unsatisfiable => (
+                "rye/tool/config-schema-unsatisfiable",
+                true,
+                "can never be satisfied",
+            ),
+            Kind::TooDeep => (
+                "rye/tool/config-schema-depth",
+                false,
+                "was checked only in part",
+            ),
+            Kind::UnknownDialect => ("rye/tool/config-schema-dialect", false, "was not checked"),
+        };
+        let message = format!("{key} {what}: {}", problem.message);
+        if is_error {
+            report.error_in(rule, message, key, &problem.at);
+        } else {
+            report.warning_in(rule, message, key, &problem.at);
+        }
+    }
+}
+
+/// A `<name>.config-schema` tool: the schema of config items named
+/// `<name>`, under `schema` (or `config_schema`).
+fn config_schema_tool(document: &Map<String, Value>, report: &mut Report) {
+    match first(document, &["schema", "config_schema"]) {
+        None => report.error(
+            "rye/tool/config-schema",
+            "a config schema tool needs the schema under `schema`",
+            None,
+        ),
+        Some(("schema", schema)) => schema_findings("schema", schema, report),
+        // `config_schema` is checked with the tool's other fields.
+        Some(_) => {}
     }
 }
 
@@ -347,17 +370,96 @@ fn knowledge(folder: &str, stem: &str, document: &Map<String, Value>, report: &m
     }
 }
 
-fn config(folder: &str, document: &Map<String, Value>, report: &mut Report) {
-    if let Some((key, value)) = first(document, &["version"])
-        && !value.as_str().is_some_and(is_semver)
-    {
-        report.error(
-            "rye/config/version",
-            format!("{key} must be a string of the form \"1.0.0\""),
-            Some(key),
-        );
+fn config(folder: &str, stem: &str, document: &Map<String, Value>, report: &mut Report) {
+    match document.get("name") {
+        None => report.warning("rye/config/name", "no name (`name`)", None),
+        Some(Value::String(name)) if name != stem => report.warning(
+            "rye/config/name",
+            format!("name {name:?} does not match the file name {stem:?}"),
+            Some("name"),
+        ),
+        Some(Value::String(_)) => {}
+        Some(other) => report.error(
+            "rye/config/name",
+            format!("name is {}, not a string", kind_of(other)),
+            Some("name"),
+        ),
     }
+    version(
+        "rye/config/version",
+        document,
+        &["version"],
+        report,
+        "config",
+    );
     category(document, &["category"], folder, report);
+}
+
+/// A config item's content against its schema. The item's own metadata
+/// (`name`, `category`, `version`, `description`) is allowed whatever the
+/// schema says, as every config item may carry it.
+pub(crate) fn config_content(
+    schema: &ConfigSchema,
+    document: &Map<String, Value>,
+    report: &mut Report,
+) -> Result<(), String> {
+    let parsed: Value = rye_guest::serde_json::from_str(&schema.schema)
+        .map_err(|e| format!("the schema of {} is not JSON: {e}", schema.item_id))?;
+    let content: Map<String, Value> = document
+        .iter()
+        .filter(|(k, _)| !METADATA.contains(&k.as_str()) || declares(&parsed, k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for problem in crate::instance::problems(&parsed, &Value::Object(content)) {
+        let rule = if problem.unchecked {
+            "rye/config/schema-unchecked"
+        } else {
+            "rye/config/schema"
+        };
+        let place = if problem.at.is_empty() {
+            "/"
+        } else {
+            &problem.at
+        };
+        let message = format!("{place} {} (schema {})", problem.message, schema.item_id);
+        // Place the finding at the top-level key it is about.
+        let key = problem.at.strip_prefix('/').map(|rest| {
+            rest.split('/')
+                .next()
+                .unwrap_or(rest)
+                .replace("~1", "/")
+                .replace("~0", "~")
+        });
+        match (key, problem.unchecked) {
+            (Some(key), false) => {
+                let inner = problem.at[1 + escaped_len(&key)..].to_owned();
+                report.error_in(rule, message, &key, &inner);
+            }
+            (Some(key), true) => {
+                let inner = problem.at[1 + escaped_len(&key)..].to_owned();
+                report.warning_in(rule, message, &key, &inner);
+            }
+            (None, false) => report.error(rule, message, None),
+            (None, true) => report.warning(rule, message, None),
+        }
+    }
+    Ok(())
+}
+
+/// The metadata keys of a config item.
+const METADATA: [&str; 4] = ["name", "category", "version", "description"];
+
+/// Whether the schema speaks of property `name`, in which case it checks it.
+fn declares(schema: &Value, name: &str) -> bool {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| p.contains_key(name))
+}
+
+/// The length of `key` as a JSON pointer token.
+fn escaped_len(key: &str) -> usize {
+    key.replace('~', "~0").replace('/', "~1").len()
 }
 
 /// A knowledge entry may be named by its whole id as well as its stem.

@@ -9,6 +9,7 @@
 //! are errors, which stop `sign` and `execute`.
 
 mod chain;
+mod instance;
 mod items;
 mod regex;
 mod report;
@@ -78,6 +79,9 @@ fn check(subject: Subject) -> Result<Vec<Diagnostic>, String> {
             };
             let mut report = Report::new(&item.content);
             items::check(item.kind, &item.item_id, &document, &mut report);
+            if let Some(schema) = &item.config_schema {
+                items::config_content(schema, &document, &mut report)?;
+            }
             Ok(report.found)
         }
         Subject::Chain(links) => {
