@@ -154,7 +154,7 @@ fn precompile(files: &[(String, PathBuf)], out_dir: &Path) {
             .map(|(_, path)| path)
             .collect()
     };
-    let artifacts: Vec<(String, PathBuf)> = std::thread::scope(|scope| {
+    let artifacts: Vec<([u8; 32], PathBuf)> = std::thread::scope(|scope| {
         let jobs: Vec<_> = components
             .iter()
             .map(|path| {
@@ -162,10 +162,10 @@ fn precompile(files: &[(String, PathBuf)], out_dir: &Path) {
                 scope.spawn(move || {
                     let wasm = std::fs::read(path)
                         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-                    let hash = hex::encode(Sha256::digest(&wasm));
+                    let hash: [u8; 32] = Sha256::digest(&wasm).into();
                     let artifact = rye_engine::precompile(&wasm)
                         .unwrap_or_else(|e| panic!("precompiling {}: {e:#}", path.display()));
-                    let target = dir.join(format!("{hash}.cwasm"));
+                    let target = dir.join(format!("{}.cwasm", hex::encode(hash)));
                     std::fs::write(&target, artifact).unwrap();
                     (hash, target)
                 })
@@ -175,16 +175,18 @@ fn precompile(files: &[(String, PathBuf)], out_dir: &Path) {
     });
     let mut table = String::new();
     for (hash, path) in &artifacts {
+        let bytes: Vec<String> = hash.iter().map(|b| format!("{b:#04x}")).collect();
         writeln!(
             table,
-            "    ({hash:?}, include_bytes!({:?})),",
+            "    ([{}], include_bytes!({:?})),",
+            bytes.join(", "),
             path.display().to_string()
         )
         .unwrap();
     }
     std::fs::write(
         out_dir.join("precompiled.rs"),
-        format!("pub(crate) static PRECOMPILED: &[(&str, &[u8])] = &[\n{table}];\n"),
+        format!("pub(crate) static PRECOMPILED: &[([u8; 32], &[u8])] = &[\n{table}];\n"),
     )
     .unwrap();
 }

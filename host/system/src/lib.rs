@@ -30,10 +30,9 @@ mod precompiled {
 /// deserializes it instead of compiling; an engine that finds it made for
 /// another CPU or other settings refuses it and compiles as usual.
 pub fn precompiled(wasm_hash: &[u8; 32]) -> Option<&'static [u8]> {
-    let hex = hex_of(wasm_hash);
     precompiled::PRECOMPILED
         .iter()
-        .find(|(hash, _)| *hash == hex)
+        .find(|(hash, _)| hash == wasm_hash)
         .map(|(_, bytes)| *bytes)
 }
 
@@ -45,14 +44,6 @@ pub fn precompiled_size() -> (usize, usize) {
         table.len(),
         table.iter().map(|(_, bytes)| bytes.len()).sum(),
     )
-}
-
-fn hex_of(bytes: &[u8; 32]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// The embedded files: paths relative to `.ai/`, and contents.
