@@ -959,6 +959,38 @@ fn config_items_are_signed_checked_by_their_schema_and_refused_when_tampered() {
         "{result:#}"
     );
 
+    // Hostile files: a link out of the space, nesting past the parser's
+    // bound. Each is refused naming the file; nothing is written.
+    let outside = env.home.path().join("outside.yaml");
+    std::fs::write(&outside, "secret: 1\n").unwrap();
+    let link = env.project.path().join(".ai/config/demo/leak.yaml");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let escape = failed_output(&env, &["sign", "config", "demo/leak"]);
+    assert!(
+        escape.contains("leak.yaml") && escape.contains("out of its space"),
+        "{escape}"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret: 1\n");
+    let text = String::from_utf8(env.rye(&["validate"]).stdout).unwrap();
+    assert!(
+        text.contains("leak.yaml") && text.contains("link-escape"),
+        "{text}"
+    );
+    std::fs::remove_file(&link).unwrap();
+    let deep = format!(
+        "{REMOTE_CONFIG}nested: {}{}\n",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    let deep_file = env.write(".ai/config/demo/deep.yaml", &deep);
+    let refused = failed_output(&env, &["sign", "config", "demo/deep"]);
+    assert!(
+        refused.contains("deep.yaml") && refused.contains("recursion limit"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&deep_file).unwrap(), deep);
+    std::fs::remove_file(&deep_file).unwrap();
+
     // The key store is not made of config items; a broken schema does
     // not leave a config unchecked.
     let store = failed_output(&env, &["sign", "config", "keys/trusted/x"]);
