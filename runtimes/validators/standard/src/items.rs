@@ -325,21 +325,9 @@ fn directive(folder: &str, stem: &str, document: &Map<String, Value>, report: &m
 }
 
 fn knowledge(folder: &str, stem: &str, document: &Map<String, Value>, report: &mut Report) {
-    match document.get("name") {
-        None => report.warning("rye/knowledge/name", "no name (`name`)", None),
-        Some(Value::String(name)) if name != stem && !stem_matches_id(name, folder, stem) => report
-            .warning(
-                "rye/knowledge/name",
-                format!("name {name:?} does not match the file name {stem:?}"),
-                Some("name"),
-            ),
-        Some(Value::String(_)) => {}
-        Some(other) => report.error(
-            "rye/knowledge/name",
-            format!("name is {}, not a string", kind_of(other)),
-            Some("name"),
-        ),
-    }
+    // A knowledge entry may be named by its whole id as well as its stem.
+    let whole = format!("{folder}/{stem}");
+    file_name("rye/knowledge/name", document, &[stem, &whole], report);
     text_field("rye/knowledge/title", document, &["title"], report, "title");
     text_field(
         "rye/knowledge/entry-type",
@@ -371,20 +359,7 @@ fn knowledge(folder: &str, stem: &str, document: &Map<String, Value>, report: &m
 }
 
 fn config(folder: &str, stem: &str, document: &Map<String, Value>, report: &mut Report) {
-    match document.get("name") {
-        None => report.warning("rye/config/name", "no name (`name`)", None),
-        Some(Value::String(name)) if name != stem => report.warning(
-            "rye/config/name",
-            format!("name {name:?} does not match the file name {stem:?}"),
-            Some("name"),
-        ),
-        Some(Value::String(_)) => {}
-        Some(other) => report.error(
-            "rye/config/name",
-            format!("name is {}, not a string", kind_of(other)),
-            Some("name"),
-        ),
-    }
+    file_name("rye/config/name", document, &[stem], report);
     version(
         "rye/config/version",
         document,
@@ -462,9 +437,26 @@ fn escaped_len(key: &str) -> usize {
     key.replace('~', "~0").replace('/', "~1").len()
 }
 
-/// A knowledge entry may be named by its whole id as well as its stem.
-fn stem_matches_id(name: &str, folder: &str, stem: &str) -> bool {
-    name == format!("{folder}/{stem}")
+/// `name` should be one of `accepted` (the file's stem first): missing
+/// or different is a warning, not a string an error.
+fn file_name(rule: &str, document: &Map<String, Value>, accepted: &[&str], report: &mut Report) {
+    match document.get("name") {
+        None => report.warning(rule, "no name (`name`)", None),
+        Some(Value::String(name)) if !accepted.contains(&name.as_str()) => report.warning(
+            rule,
+            format!(
+                "name {name:?} does not match the file name {:?}",
+                accepted[0]
+            ),
+            Some("name"),
+        ),
+        Some(Value::String(_)) => {}
+        Some(other) => report.error(
+            rule,
+            format!("name is {}, not a string", kind_of(other)),
+            Some("name"),
+        ),
+    }
 }
 
 fn is_snake_case(name: &str) -> bool {
