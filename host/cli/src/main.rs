@@ -179,7 +179,8 @@ enum Command {
         /// The folder holding .ai/, or the .ai/ folder itself (default:
         /// --project).
         path: Option<PathBuf>,
-        /// Unsigned items are errors, not warnings.
+        /// Unsigned items are errors, not warnings (config items, which
+        /// may stay unsigned, still only warn).
         #[arg(long)]
         require_signed: bool,
         /// human, json, sarif (SARIF 2.1.0, for code-scanning views), junit

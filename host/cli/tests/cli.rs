@@ -917,7 +917,10 @@ fn config_items_are_signed_checked_by_their_schema_and_refused_when_tampered() {
     );
 
     // Good content signs; verify, validate and the tool reading it agree.
+    // Unsigned, it only warns: config files may stay unsigned.
     std::fs::write(&config, REMOTE_CONFIG).unwrap();
+    let unsigned = env.ok(&["validate", "--require-signed"]);
+    assert!(unsigned.contains(": 0 errors, 1 warnings"), "{unsigned}");
     let signed = env.json(&["sign", "config", "demo/remote"]);
     assert_eq!(signed[0]["changed"], true, "{signed:#}");
     assert!(

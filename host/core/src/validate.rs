@@ -250,6 +250,13 @@ impl Rye {
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         let unsigned =
             "unsigned: the file has no signature line (sign it with `rye sign`)".to_owned();
+        // Config files may stay unsigned wherever they are read, so an
+        // unsigned one only warns, whatever is demanded of other items.
+        let unsigned_severity = if options.require_signed && kind != ItemKind::Config {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
         let (trust, extractors) = (session.trust(self), session.extractors(self).ok());
         match self.verify_item(
             &trust,
@@ -259,12 +266,7 @@ impl Rye {
             Some(&bytes),
         ) {
             Ok(crate::Signed::UnsignedAllowed) => {
-                let severity = if options.require_signed {
-                    Severity::Error
-                } else {
-                    Severity::Warning
-                };
-                found.push(finding(severity, "signature", unsigned, None));
+                found.push(finding(unsigned_severity, "signature", unsigned, None));
             }
             Ok(signed) => {
                 if let Some(warning) = signed.warning("signature") {
@@ -272,12 +274,12 @@ impl Rye {
                 }
             }
             Err(HostError::Integrity { error, .. }) if error.is_unsigned() => {
-                let severity = if options.require_signed {
-                    Severity::Error
-                } else {
-                    Severity::Warning
-                };
-                found.push(finding(severity, "signature", error.to_string(), None));
+                found.push(finding(
+                    unsigned_severity,
+                    "signature",
+                    error.to_string(),
+                    None,
+                ));
             }
             Err(HostError::Integrity {
                 error: IntegrityError::NoFormat { .. },
