@@ -1005,6 +1005,20 @@ fn config_items_are_signed_checked_by_their_schema_and_refused_when_tampered() {
     );
     let broken = failed_output(&env, &["sign", "config", "demo/remote"]);
     assert!(broken.contains("remote.config-schema.yaml"), "{broken}");
+    // A schema that is a link out of its space is refused, not passed over.
+    let schema = env
+        .project
+        .path()
+        .join(".ai/tools/demo/remote.config-schema.yaml");
+    std::fs::remove_file(&schema).unwrap();
+    let elsewhere = env.home.path().join("schema.yaml");
+    std::fs::write(&elsewhere, REMOTE_SCHEMA).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &schema).unwrap();
+    let linked = failed_output(&env, &["sign", "config", "demo/remote"]);
+    assert!(
+        linked.contains("remote.config-schema.yaml") && linked.contains("out of its space"),
+        "{linked}"
+    );
 }
 
 #[test]

@@ -48,10 +48,7 @@ impl Rye {
             )?;
             let mut candidates: Vec<_> = listed
                 .iter()
-                .filter(|item| {
-                    item.escape.is_none()
-                        && (item.id == wanted || item.id.ends_with(&format!("/{wanted}")))
-                })
+                .filter(|item| item.id == wanted || item.id.ends_with(&format!("/{wanted}")))
                 .collect();
             if candidates.is_empty() {
                 continue;
@@ -66,6 +63,11 @@ impl Rye {
                 )
             });
             let item = candidates[0];
+            // A schema that is a link out of its space is refused, not
+            // passed over: the config would go unchecked.
+            if let Some(escape) = item.escape_error(&root.ai_dir) {
+                return Err(escape.into());
+            }
             return self
                 .read_schema(session, (&item.id, root.space, &item.path))
                 .map(Some);
