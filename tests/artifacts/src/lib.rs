@@ -1,8 +1,11 @@
 //! Support for the host's tests: paths of the components built from
 //! `tests/test-programs/` and `examples/`, one constant per package, named
-//! after it (`parser-loop` → `PARSER_LOOP`), and process checks.
+//! after it (`parser-loop` → `PARSER_LOOP`), process checks, and a small
+//! HTTP server.
 
 include!(concat!(env!("OUT_DIR"), "/components.rs"));
+
+pub mod http_server;
 
 /// Whether process `pid` is gone: no longer listed, or a zombie waiting to
 /// be reaped.
