@@ -1,10 +1,14 @@
-//! The `runtime-adapter` world: turn a resolved chain into a process plan.
+//! The `runtime-adapter` world: turn a resolved chain into a plan for its
+//! primitive: a process, or an HTTP request.
 //!
 //! A runtime whose needs the standard YAML keys cannot express names its own
 //! adapter (`adapter: <name>` in the runtime YAML). The adapter receives the
 //! chain (tool first) with each element's metadata and the caller's
-//! parameters, and returns exactly what the host's subprocess primitive will
-//! run. It never spawns anything itself; for facts about the machine it asks
+//! parameters, and returns exactly what the host's primitive will do: the
+//! process the subprocess primitive runs ([`ProcessPlan`]) when the chain
+//! ends in `rye/core/primitives/execute`, the request the HTTP primitive
+//! sends ([`HttpPlan`]) when it ends in `rye/core/primitives/http_client`.
+//! It never spawns or connects anything itself; for facts about the machine it asks
 //! the host through [`host`], which answers under policy.
 //!
 //! Install a built adapter as `.ai/adapters/<name>.wasm`.
@@ -12,14 +16,14 @@
 //! # Examples
 //!
 //! ```no_run
-//! use rye_guest::adapter::{PlanError, PlanInput, ProcessPlan, RuntimeAdapter};
+//! use rye_guest::adapter::{PlanError, PlanInput, Planned, ProcessPlan, RuntimeAdapter};
 //!
 //! struct Echo;
 //!
 //! impl RuntimeAdapter for Echo {
-//!     fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {
+//!     fn plan(input: PlanInput) -> Result<Planned, PlanError> {
 //!         let tool = &input.chain[0];
-//!         Ok(ProcessPlan::new("echo").arg(&tool.path).cwd(&input.project_path))
+//!         Ok(ProcessPlan::new("echo").arg(&tool.path).cwd(&input.project_path).into())
 //!     }
 //! }
 //!
@@ -42,7 +46,10 @@ pub mod __wit {
 use __wit::exports::rye::plugin::planning as wit;
 
 pub use __wit::rye::plugin::types::{Diagnostic, LocatedError, Position, Severity, Space};
-pub use wit::{ChainElement, ElementError, EnvVar, PlanError, PlanInput, ProcessPlan, TraceNote};
+pub use wit::{
+    ChainElement, ElementError, EnvVar, Header, HttpPlan, PlanError, PlanInput, Planned,
+    ProcessPlan, Retry, TraceNote,
+};
 
 /// Questions an adapter may ask the host. Each answer is subject to the
 /// host's policy and recorded in the execution trace.
@@ -112,6 +119,66 @@ impl ProcessPlan {
     }
 }
 
+impl From<ProcessPlan> for Planned {
+    fn from(plan: ProcessPlan) -> Self {
+        Planned::Process(plan)
+    }
+}
+
+impl From<HttpPlan> for Planned {
+    fn from(plan: HttpPlan) -> Self {
+        Planned::Http(plan)
+    }
+}
+
+impl HttpPlan {
+    /// A request of `method` to `url` with no headers or body, under the
+    /// runtime's default limits.
+    pub fn new(method: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            method: method.into(),
+            url: url.into(),
+            headers: Vec::new(),
+            body: None,
+            timeout_ms: None,
+            max_response_bytes: None,
+            max_redirects: None,
+            retry: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Adds one header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(Header {
+            name: name.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// The request body.
+    pub fn body(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.body = Some(bytes.into());
+        self
+    }
+
+    /// Fails the run after this many milliseconds.
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = Some(ms);
+        self
+    }
+
+    /// Adds a step to show in the caller's trace; `detail` is JSON.
+    pub fn note(mut self, step: impl Into<String>, detail: serde_json::Value) -> Self {
+        self.notes.push(TraceNote {
+            step: step.into(),
+            detail: detail.to_string(),
+        });
+        self
+    }
+}
+
 impl PlanError {
     /// Element `item_id`'s configuration cannot be used.
     pub fn config(item_id: impl Into<String>, message: impl Into<String>) -> Self {
@@ -125,8 +192,9 @@ impl PlanError {
 /// A runtime adapter component. Implement it and pass the type to
 /// [`export_adapter!`].
 pub trait RuntimeAdapter {
-    /// Plans the process for one execution.
-    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError>;
+    /// Plans one execution: the process or the request its primitive
+    /// carries out.
+    fn plan(input: PlanInput) -> Result<Planned, PlanError>;
 }
 
 #[doc(hidden)]
@@ -145,7 +213,7 @@ macro_rules! export_adapter {
             impl $crate::adapter::__Guest for RyeAdapterExport {
                 fn plan(
                     input: $crate::adapter::PlanInput,
-                ) -> ::core::result::Result<$crate::adapter::ProcessPlan, $crate::adapter::PlanError>
+                ) -> ::core::result::Result<$crate::adapter::Planned, $crate::adapter::PlanError>
                 {
                     <$adapter as $crate::adapter::RuntimeAdapter>::plan(input)
                 }

@@ -18,13 +18,15 @@
 //! Build it for wasm32-wasip2 and install it as
 //! `.ai/adapters/examples/shebang.wasm`.
 
-use rye_guest::adapter::{ElementError, PlanError, PlanInput, ProcessPlan, RuntimeAdapter, host};
+use rye_guest::adapter::{
+    ElementError, PlanError, PlanInput, Planned, ProcessPlan, RuntimeAdapter, host,
+};
 use rye_guest::serde_json::{Value, json};
 
 struct Shebang;
 
 impl RuntimeAdapter for Shebang {
-    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {
+    fn plan(input: PlanInput) -> Result<Planned, PlanError> {
         let tool = input
             .chain
             .first()
@@ -81,7 +83,7 @@ impl RuntimeAdapter for Shebang {
         for (name, value) in host::environment() {
             plan = plan.env(name, value);
         }
-        Ok(plan)
+        Ok(plan.into())
     }
 }
 

@@ -215,13 +215,13 @@ rye_guest::export_parser!(KeyValue);
 //! the host runs. This one runs the tool file with the interpreter the
 //! runtime's `config.command` names, parameters as JSON on stdin.
 
-use rye_guest::adapter::{{ElementError, PlanError, PlanInput, ProcessPlan, RuntimeAdapter}};
+use rye_guest::adapter::{{ElementError, PlanError, PlanInput, Planned, ProcessPlan, RuntimeAdapter}};
 use rye_guest::serde_json::Value;
 
 struct Adapter;
 
 impl RuntimeAdapter for Adapter {{
-    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {{
+    fn plan(input: PlanInput) -> Result<Planned, PlanError> {{
         let tool = input
             .chain
             .first()
@@ -238,7 +238,8 @@ impl RuntimeAdapter for Adapter {{
         Ok(ProcessPlan::new(command)
             .arg(&tool.path)
             .cwd(&input.project_path)
-            .stdin(input.parameters.into_bytes()))
+            .stdin(input.parameters.into_bytes())
+            .into())
     }}
 }}
 

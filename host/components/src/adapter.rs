@@ -36,7 +36,21 @@ pub struct PlanRequest {
     pub system_space: PathBuf,
 }
 
-/// A process plan and the notes the adapter left for the trace.
+/// What an adapter planned, and the notes it left for the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub action: PlannedAction,
+    pub notes: Vec<(String, Value)>,
+}
+
+/// The work the chain's primitive is to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlannedAction {
+    Process(PlannedProcess),
+    Http(PlannedRequest),
+}
+
+/// A process for the subprocess primitive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedProcess {
     pub command: String,
@@ -45,7 +59,20 @@ pub struct PlannedProcess {
     pub cwd: Option<String>,
     pub stdin: Option<Vec<u8>>,
     pub timeout_ms: Option<u64>,
-    pub notes: Vec<(String, Value)>,
+}
+
+/// A request for the HTTP primitive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+    pub timeout_ms: Option<u64>,
+    pub max_response_bytes: Option<u64>,
+    pub max_redirects: Option<u32>,
+    /// Attempts in all and the first wait between them, in milliseconds.
+    pub retry: Option<(u32, u64)>,
 }
 
 /// An adapter's verdict that the chain cannot be planned.
@@ -72,7 +99,7 @@ impl ComponentHost {
         request: &PlanRequest,
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
-    ) -> Result<Result<PlannedProcess, PlanFailure>, ComponentError> {
+    ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
         let fail = |kind| ComponentError {
             path: component.path.clone(),
             kind,
@@ -114,9 +141,39 @@ impl ComponentHost {
             .and_then(|adapter| adapter.rye_plugin_planning().call_plan(&mut store, &input));
         let result = result.map_err(|e| fail(self.classify(&store, World::RuntimeAdapter, e)))?;
         Ok(match result {
-            Ok(plan) => {
-                let mut notes = Vec::with_capacity(plan.notes.len());
-                for note in plan.notes {
+            Ok(planned) => {
+                let (action, raw_notes) = match planned {
+                    wit::Planned::Process(plan) => (
+                        PlannedAction::Process(PlannedProcess {
+                            command: plan.command,
+                            args: plan.args,
+                            env: plan.env.into_iter().map(|v| (v.name, v.value)).collect(),
+                            cwd: plan.cwd,
+                            stdin: plan.stdin,
+                            timeout_ms: plan.timeout_ms,
+                        }),
+                        plan.notes,
+                    ),
+                    wit::Planned::Http(plan) => (
+                        PlannedAction::Http(PlannedRequest {
+                            method: plan.method,
+                            url: plan.url,
+                            headers: plan
+                                .headers
+                                .into_iter()
+                                .map(|h| (h.name, h.value))
+                                .collect(),
+                            body: plan.body,
+                            timeout_ms: plan.timeout_ms,
+                            max_response_bytes: plan.max_response_bytes,
+                            max_redirects: plan.max_redirects,
+                            retry: plan.retry.map(|r| (r.max_attempts, r.backoff_ms)),
+                        }),
+                        plan.notes,
+                    ),
+                };
+                let mut notes = Vec::with_capacity(raw_notes.len());
+                for note in raw_notes {
                     let detail = serde_json::from_str(&note.detail).map_err(|e| {
                         fail(ComponentErrorKind::BadOutput(format!(
                             "trace note {:?} is not valid JSON: {e}",
@@ -125,15 +182,7 @@ impl ComponentHost {
                     })?;
                     notes.push((note.step, detail));
                 }
-                Ok(PlannedProcess {
-                    command: plan.command,
-                    args: plan.args,
-                    env: plan.env.into_iter().map(|v| (v.name, v.value)).collect(),
-                    cwd: plan.cwd,
-                    stdin: plan.stdin,
-                    timeout_ms: plan.timeout_ms,
-                    notes,
-                })
+                Ok(Planned { action, notes })
             }
             Err(wit::PlanError::Config(e)) => Err(PlanFailure::Config {
                 item_id: e.item_id,

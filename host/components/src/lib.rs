@@ -39,7 +39,9 @@ mod slots;
 mod validate;
 mod world;
 
-pub use adapter::{PlanElement, PlanFailure, PlanRequest, PlannedProcess};
+pub use adapter::{
+    PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedProcess, PlannedRequest,
+};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin, Precompiled};
 pub use limits::Limits;

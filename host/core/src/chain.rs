@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cache::ElementEntry;
-use crate::chain_rules::{ChainError, EXECUTE_PRIMITIVE, MAX_DEPTH, PRIMITIVE_ALIASES};
+use crate::chain_rules::{ChainError, MAX_DEPTH, PRIMITIVE_ALIASES, PRIMITIVES};
 use crate::parse::ParserLookup;
 use crate::session::Session;
 use crate::{HostError, Rye, Signed, normalize};
@@ -224,7 +224,7 @@ impl Rye {
         }
 
         let root = elements.last().expect("at least the tool");
-        if root.item_id != EXECUTE_PRIMITIVE {
+        if !PRIMITIVES.contains(&root.item_id.as_str()) {
             return Err(ChainError::NotAPrimitive {
                 id: root.item_id.clone(),
                 path: root.path.clone(),

@@ -7,10 +7,14 @@ use rye_space::Space;
 /// At most this many elements: tool, runtimes, primitive.
 pub const MAX_DEPTH: usize = 10;
 
-/// The primitive every chain ends in, and the older id accepted for it.
+/// The primitive that runs processes, and the older id accepted for it.
 pub const EXECUTE_PRIMITIVE: &str = "rye/core/primitives/execute";
 pub(crate) const PRIMITIVE_ALIASES: &[(&str, &str)] =
     &[("rye/core/primitives/subprocess", EXECUTE_PRIMITIVE)];
+/// The primitive that sends HTTP requests.
+pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
+/// The primitives a chain may end in.
+pub const PRIMITIVES: &[&str] = &[EXECUTE_PRIMITIVE, HTTP_PRIMITIVE];
 
 /// Why a chain could not be built or is not valid. Each names the
 /// elements involved and the rule.
@@ -42,7 +46,7 @@ pub enum ChainError {
         reason: String,
     },
 
-    #[error("chain root {id:?} ({}) has no executor_id but is not a primitive this host runs (known: {EXECUTE_PRIMITIVE})", path.display())]
+    #[error("chain root {id:?} ({}) has no executor_id but is not a primitive this host runs (known: {})", path.display(), PRIMITIVES.join(", "))]
     NotAPrimitive { id: String, path: PathBuf },
 
     #[error("{child:?} ({child_space}) -> {parent:?} ({parent_space}): {rule}")]

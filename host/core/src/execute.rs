@@ -1,13 +1,22 @@
 //! Executing items.
 //!
 //! A **tool** runs through its chain: the chain is built and validated, a
-//! runtime adapter component plans the process (the first element naming
+//! runtime adapter component plans the work (the first element naming
 //! `adapter: <name>`, else the standard adapter `rye/standard`, found at
-//! `.ai/adapters/<name>.wasm` through the spaces), and the native
-//! subprocess primitive runs the plan. Any JSON the tool prints is its
-//! `data` (`{}`, `[]`, `0` and `null` included); an object with
-//! `"success": false` makes the run an error; other output comes back as
-//! `stdout`, `stderr` and `return_code`.
+//! `.ai/adapters/<name>.wasm` through the spaces), and the native primitive
+//! the chain ends in carries it out.
+//!
+//! - The subprocess primitive (`rye/core/primitives/execute`) runs a
+//!   process. Any JSON the tool prints is its `data` (`{}`, `[]`, `0` and
+//!   `null` included); an object with `"success": false` makes the run an
+//!   error; other output comes back as `stdout`, `stderr` and
+//!   `return_code`.
+//! - The HTTP primitive (`rye/core/primitives/http_client`) sends a
+//!   request. `data` is `{status_code, body, headers}`, `body` parsed when
+//!   the answer is JSON; a status of 400 or more makes the run an error.
+//!   Which non-public addresses it may reach is the chain's runtimes' to
+//!   say (`allow_private_addresses` in a runtime's signed config), never
+//!   the tool's, its parameters' or the adapter's.
 //!
 //! A **directive** returns its parsed structure, its inputs checked and
 //! filled into its text, and the instruction to follow it. **Knowledge**
@@ -18,12 +27,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rye_components::{ComponentError, PlanElement, PlanRequest, PlannedProcess, World};
+use rye_components::{
+    ComponentError, PlanElement, PlanRequest, Planned, PlannedAction, PlannedProcess,
+    PlannedRequest, World,
+};
 use rye_process::{Capture, Outcome, Plan};
 use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
+use crate::chain_rules::HTTP_PRIMITIVE;
 use crate::lockfile::LockState;
 use crate::reply::{
     DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
@@ -147,16 +160,16 @@ impl Rye {
         }
     }
 
-    /// The process a tool's execution would run, without running it: the
-    /// chain is built and its adapter asked for the plan (which may run the
-    /// chain's declared interpreter resolve commands). Returns the chain,
-    /// the plan and the host's answers to the adapter.
+    /// What a tool's execution would do, without doing it: the chain is
+    /// built and its adapter asked for the plan (which may run the chain's
+    /// declared interpreter resolve commands). Returns the chain, the plan
+    /// and the host's answers to the adapter.
     pub fn plan(
         &self,
         project: Option<&Path>,
         tool_id: &str,
         parameters: Value,
-    ) -> Result<(Chain, PlannedProcess, Vec<Event>), HostError> {
+    ) -> Result<(Chain, Planned, Vec<Event>), HostError> {
         let session = self.session(project);
         let chain = self.build_chain(&session, tool_id)?;
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -172,7 +185,7 @@ impl Rye {
         chain: &Chain,
         parameters: Value,
         log: Arc<Mutex<Vec<Event>>>,
-    ) -> Result<(PathBuf, Signed, PlannedProcess), HostError> {
+    ) -> Result<(PathBuf, Signed, Planned), HostError> {
         let (spaces, trust) = (&session.spaces, session.trust(self));
         let named = chain.elements.iter().find_map(|e| {
             e.metadata
@@ -286,6 +299,22 @@ impl Rye {
                 path: path.clone(),
                 failure: failure.to_string(),
             })?;
+        let http = chain.primitive().item_id == HTTP_PRIMITIVE;
+        let planned_http = matches!(planned.action, PlannedAction::Http(_));
+        if http != planned_http {
+            return Err(HostError::AdapterFailed {
+                path,
+                failure: format!(
+                    "it planned {} for a chain that ends in {}",
+                    if planned_http {
+                        "an HTTP request"
+                    } else {
+                        "a process"
+                    },
+                    chain.primitive().item_id
+                ),
+            });
+        }
         Ok((path, found.signed, planned))
     }
 
@@ -617,10 +646,16 @@ impl<'a> ToolRun<'a> {
         if self.request.dry_run {
             return Ok(self.dry_run_result(&chain));
         }
-        let plan = self.plan(&chain)?;
-        self.verify_deps(&chain, &plan)?;
-        let outcome = self.run(&plan).await?;
-        Ok(self.record(&chain, &lock, &plan, outcome))
+        let planned = self.plan(&chain)?;
+        self.verify_deps(&chain, &planned.notes)?;
+        let ran = match &planned.action {
+            PlannedAction::Process(plan) => {
+                let outcome = self.run(plan).await?;
+                Ran::process(&outcome, plan.timeout_ms)
+            }
+            PlannedAction::Http(request) => self.send(&chain, request).await?,
+        };
+        Ok(self.record(&chain, &lock, ran))
     }
 
     fn step(&mut self, step: Step) {
@@ -738,8 +773,8 @@ impl<'a> ToolRun<'a> {
         })
     }
 
-    /// The process, as the chain's runtime adapter plans it.
-    fn plan(&mut self, chain: &Chain) -> Stage<PlannedProcess> {
+    /// The work, as the chain's runtime adapter plans it.
+    fn plan(&mut self, chain: &Chain) -> Stage<Planned> {
         let started = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));
         let planned = blocking(|| {
@@ -771,21 +806,36 @@ impl<'a> ToolRun<'a> {
             }
             self.trace.push(Event::Adapter(event));
         }
-        self.step(Step::Plan {
-            command: plan.command.clone(),
-            args: plan.args.clone(),
-            cwd: plan.cwd.clone(),
-            env_keys: plan.env.iter().map(|(k, _)| k.clone()).collect(),
-            stdin_bytes: plan.stdin.as_ref().map_or(0, Vec::len),
-            timeout_ms: plan.timeout_ms,
-        });
+        match &plan.action {
+            PlannedAction::Process(process) => self.step(Step::Plan {
+                command: process.command.clone(),
+                args: process.args.clone(),
+                cwd: process.cwd.clone(),
+                env_keys: process.env.iter().map(|(k, _)| k.clone()).collect(),
+                stdin_bytes: process.stdin.as_ref().map_or(0, Vec::len),
+                timeout_ms: process.timeout_ms,
+            }),
+            PlannedAction::Http(request) => {
+                let private = private_addresses(chain)
+                    .map_or_else(|e| format!("invalid: {e}"), |p| describe(&p));
+                self.step(Step::Request {
+                    method: request.method.clone(),
+                    url: request.url.clone(),
+                    header_names: request.headers.iter().map(|(n, _)| n.clone()).collect(),
+                    body_bytes: request.body.as_ref().map_or(0, Vec::len),
+                    timeout_ms: request.timeout_ms,
+                    max_response_bytes: request.max_response_bytes,
+                    max_redirects: request.max_redirects,
+                    private_addresses: private,
+                })
+            }
+        }
         Ok(plan)
     }
 
     /// The files under the anchor the plan activated, verified.
-    fn verify_deps(&mut self, chain: &Chain, plan: &PlannedProcess) -> Stage<()> {
-        let anchor = plan
-            .notes
+    fn verify_deps(&mut self, chain: &Chain, notes: &[(String, Value)]) -> Stage<()> {
+        let anchor = notes
             .iter()
             .find(|(step, detail)| step == "anchor" && detail["active"] == true)
             .and_then(|(_, detail)| detail["anchor_path"].as_str())
@@ -832,15 +882,61 @@ impl<'a> ToolRun<'a> {
         Ok(outcome)
     }
 
+    /// The planned request, sent by the HTTP primitive under the chain's
+    /// address policy.
+    async fn send(&mut self, chain: &Chain, plan: &PlannedRequest) -> Stage<Ran> {
+        let private = private_addresses(chain).map_err(|e| self.fail(ErrorReply::new(e)))?;
+        let request = rye_http::Request {
+            method: plan.method.clone(),
+            url: plan.url.clone(),
+            headers: plan.headers.clone(),
+            body: plan.body.clone(),
+            timeout: plan.timeout_ms.map(std::time::Duration::from_millis),
+            max_response_bytes: plan.max_response_bytes,
+            max_redirects: plan.max_redirects,
+            retry: plan
+                .retry
+                .map(|(n, ms)| (n, std::time::Duration::from_millis(ms))),
+            private,
+        };
+        let started = Instant::now();
+        let sent = rye_http::send(&request).await;
+        let duration = started.elapsed();
+        self.step(match &sent {
+            Ok(response) => Step::Http {
+                status_code: Some(response.status),
+                url: Some(response.url.clone()),
+                remote: response.remote.map(|a| a.to_string()),
+                attempts: response.attempts,
+                redirects: response.redirects,
+                response_bytes: response.body.len() as u64,
+                duration_ms: duration.as_millis() as u64,
+                error: None,
+            },
+            Err(error) => Step::Http {
+                status_code: None,
+                url: None,
+                remote: None,
+                attempts: 0,
+                redirects: 0,
+                response_bytes: 0,
+                duration_ms: duration.as_millis() as u64,
+                error: Some(error.to_string()),
+            },
+        });
+        Ok(Ran::http(sent, duration))
+    }
+
     /// The result, and the lockfile of a first successful run.
-    fn record(
-        &mut self,
-        chain: &Chain,
-        lock: &LockState,
-        plan: &PlannedProcess,
-        outcome: Outcome,
-    ) -> Value {
-        let (data, error) = tool_output(&outcome, plan.timeout_ms);
+    fn record(&mut self, chain: &Chain, lock: &LockState, ran: Ran) -> Value {
+        let Ran {
+            data,
+            error,
+            duration,
+            return_code,
+            status_code,
+            truncated,
+        } = ran;
         let mut lockfile_created = false;
         if error.is_none() && *lock == LockState::Absent {
             match self.rye.write_lock(&self.session.spaces, chain) {
@@ -869,20 +965,174 @@ impl<'a> ToolRun<'a> {
                 chain_us: self.timings.chain_us,
                 validate_us: self.timings.validate_us,
                 plan_us: self.timings.plan_us,
-                process_us: outcome.duration.as_micros() as u64,
-                return_code: outcome.code,
+                process_us: duration.as_micros() as u64,
+                return_code,
+                status_code,
                 lockfile_used: matches!(lock, LockState::Used(_)),
                 lockfile_created,
-                truncated: (outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0).then_some(
-                    Truncated {
-                        stdout_bytes: outcome.stdout_dropped,
-                        stderr_bytes: outcome.stderr_dropped,
-                    },
-                ),
+                truncated,
             },
             warnings,
             error,
             trace,
         })
+    }
+}
+
+/// What the primitive gave, ready for the result.
+struct Ran {
+    data: Value,
+    error: Option<String>,
+    duration: std::time::Duration,
+    return_code: Option<i32>,
+    status_code: Option<u16>,
+    truncated: Option<Truncated>,
+}
+
+impl Ran {
+    fn process(outcome: &Outcome, timeout_ms: Option<u64>) -> Self {
+        let (data, error) = tool_output(outcome, timeout_ms);
+        Ran {
+            data,
+            error,
+            duration: outcome.duration,
+            return_code: outcome.code,
+            status_code: None,
+            truncated: (outcome.stdout_dropped > 0 || outcome.stderr_dropped > 0).then_some(
+                Truncated {
+                    stdout_bytes: outcome.stdout_dropped,
+                    stderr_bytes: outcome.stderr_dropped,
+                },
+            ),
+        }
+    }
+
+    /// `{status_code, body, headers}`: the body parsed when the answer
+    /// says it is JSON, text when it is UTF-8, else base64 with
+    /// `body_encoding`. A status of 400 or more is an error naming it.
+    fn http(
+        sent: Result<rye_http::Response, rye_http::HttpError>,
+        duration: std::time::Duration,
+    ) -> Self {
+        let response = match sent {
+            Ok(response) => response,
+            Err(error) => {
+                return Ran {
+                    data: Value::Null,
+                    error: Some(error.to_string()),
+                    duration,
+                    return_code: None,
+                    status_code: None,
+                    truncated: None,
+                };
+            }
+        };
+        let json_type = response
+            .header("content-type")
+            .is_some_and(|t| t.to_ascii_lowercase().contains("json"));
+        let parsed = json_type
+            .then(|| serde_json::from_slice::<Value>(&response.body).ok())
+            .flatten();
+        let mut data = Map::new();
+        data.insert("status_code".into(), json!(response.status));
+        match (parsed, std::str::from_utf8(&response.body)) {
+            (Some(json), _) => {
+                data.insert("body".into(), json);
+            }
+            (None, Ok(text)) => {
+                data.insert("body".into(), json!(text));
+            }
+            (None, Err(_)) => {
+                use base64::Engine as _;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&response.body);
+                data.insert("body".into(), json!(encoded));
+                data.insert("body_encoding".into(), json!("base64"));
+            }
+        }
+        let mut headers = Map::new();
+        for (name, value) in &response.headers {
+            match headers.get_mut(name) {
+                Some(Value::String(existing)) => {
+                    existing.push_str(", ");
+                    existing.push_str(value);
+                }
+                _ => {
+                    headers.insert(name.clone(), json!(value));
+                }
+            }
+        }
+        data.insert("headers".into(), Value::Object(headers));
+        if response.redirects > 0 {
+            data.insert("url".into(), json!(response.url));
+        }
+        let error = (response.status >= 400).then(|| {
+            let text = String::from_utf8_lossy(&response.body);
+            let text = text.trim();
+            let mut error = format!(
+                "HTTP {}{}",
+                response.status,
+                response.reason.map(|r| format!(" {r}")).unwrap_or_default()
+            );
+            if !text.is_empty() {
+                let cut = text.char_indices().nth(300).map_or(text.len(), |(i, _)| i);
+                error.push_str(": ");
+                error.push_str(&text[..cut]);
+            }
+            error
+        });
+        Ran {
+            data: Value::Object(data),
+            error,
+            duration,
+            return_code: None,
+            status_code: Some(response.status),
+            truncated: None,
+        }
+    }
+}
+
+/// Which non-public addresses the chain's requests may reach: the
+/// `allow_private_addresses` of the runtime nearest the tool that sets it
+/// (`true`, or a list of addresses). The tool itself has no say, nor do
+/// the caller's parameters.
+fn private_addresses(chain: &Chain) -> Result<rye_http::Private, String> {
+    let Some((element, setting)) = chain.elements.iter().skip(1).find_map(|e| {
+        let setting = e.metadata.get("config")?.get("allow_private_addresses")?;
+        Some((e, setting))
+    }) else {
+        return Ok(rye_http::Private::Refused);
+    };
+    let invalid = |what: String| {
+        format!(
+            "{} ({}): config.allow_private_addresses must be true, false or a list of IP addresses; {what}",
+            element.item_id,
+            element.path.display()
+        )
+    };
+    match setting {
+        Value::Bool(true) => Ok(rye_http::Private::Allowed),
+        Value::Bool(false) | Value::Null => Ok(rye_http::Private::Refused),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .and_then(|text| text.trim().parse().ok())
+                    .ok_or_else(|| invalid(format!("{item} is not an IP address")))
+            })
+            .collect::<Result<_, _>>()
+            .map(rye_http::Private::Only),
+        other => Err(invalid(format!("found {other}"))),
+    }
+}
+
+fn describe(private: &rye_http::Private) -> String {
+    match private {
+        rye_http::Private::Refused => "refused".into(),
+        rye_http::Private::Allowed => "allowed".into(),
+        rye_http::Private::Only(listed) => listed
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }

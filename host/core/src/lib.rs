@@ -41,7 +41,7 @@ mod validate;
 mod validators;
 
 pub use chain::{Chain, ChainElement, ChainSummary};
-pub use chain_rules::{ChainError, EXECUTE_PRIMITIVE, MAX_DEPTH};
+pub use chain_rules::{ChainError, EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MAX_DEPTH};
 pub use config::{RyeConfig, state_dir_from_env};
 
 /// How the processes of runs are contained, and stopping them all.

@@ -303,8 +303,12 @@ pub struct ToolMetadata {
     pub chain_us: u64,
     pub validate_us: u64,
     pub plan_us: u64,
+    /// The primitive's time: the process, or the HTTP exchange.
     pub process_us: u64,
     pub return_code: Option<i32>,
+    /// The HTTP status of a request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
     pub lockfile_used: bool,
     pub lockfile_created: bool,
     /// Output read past the capture caps and dropped.

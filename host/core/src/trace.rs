@@ -86,6 +86,19 @@ pub enum Step {
         stdin_bytes: usize,
         timeout_ms: Option<u64>,
     },
+    /// The HTTP request planned. Header values are not shown: they may
+    /// carry credentials.
+    Request {
+        method: String,
+        url: String,
+        header_names: Vec<String>,
+        body_bytes: usize,
+        timeout_ms: Option<u64>,
+        max_response_bytes: Option<u64>,
+        max_redirects: Option<u32>,
+        /// Which non-public addresses the chain's runtime allows.
+        private_addresses: String,
+    },
     /// The files under the tool's anchor, verified.
     VerifyDeps { anchor_path: PathBuf, files: usize },
     /// The process ran.
@@ -97,6 +110,17 @@ pub enum Step {
         duration_ms: u64,
         stdout_bytes: u64,
         stderr_bytes: u64,
+    },
+    /// The request was sent.
+    Http {
+        status_code: Option<u16>,
+        url: Option<String>,
+        remote: Option<String>,
+        attempts: u32,
+        redirects: u32,
+        response_bytes: u64,
+        duration_ms: u64,
+        error: Option<String>,
     },
 }
 

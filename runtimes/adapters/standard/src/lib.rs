@@ -6,11 +6,12 @@
 //! the environment, `PATH` lookups, an element's own resolve command and
 //! `.ai/config/` files.
 
+mod http;
 mod plan;
 mod template;
 
 #[cfg(target_arch = "wasm32")]
-use rye_guest::adapter::{PlanError, PlanInput, ProcessPlan, RuntimeAdapter, Space};
+use rye_guest::adapter::{PlanError, PlanInput, Planned, RuntimeAdapter, Space};
 
 pub use plan::{Host, plan, space_name};
 
@@ -19,7 +20,7 @@ struct Standard;
 
 #[cfg(target_arch = "wasm32")]
 impl RuntimeAdapter for Standard {
-    fn plan(input: PlanInput) -> Result<ProcessPlan, PlanError> {
+    fn plan(input: PlanInput) -> Result<Planned, PlanError> {
         plan::plan(&input, &Granted)
     }
 }
@@ -67,7 +68,9 @@ impl Host for Granted {
 mod tests {
     use std::collections::{BTreeMap, HashMap, HashSet};
 
-    use rye_guest::adapter::{ChainElement, PlanError, PlanInput, ProcessPlan, Space};
+    use rye_guest::adapter::{
+        ChainElement, HttpPlan, PlanError, PlanInput, Planned, ProcessPlan, Space,
+    };
     use rye_guest::serde_json::{Value, json};
 
     use super::*;
@@ -139,6 +142,237 @@ mod tests {
         )
     }
 
+    fn process(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError> {
+        match plan::plan(input, host)? {
+            Planned::Process(plan) => Ok(plan),
+            Planned::Http(request) => panic!("a request where a process was due: {request:?}"),
+        }
+    }
+
+    fn request(input: &PlanInput, host: &dyn Host) -> Result<HttpPlan, PlanError> {
+        match plan::plan(input, host)? {
+            Planned::Http(request) => Ok(request),
+            Planned::Process(plan) => panic!("a process where a request was due: {plan:?}"),
+        }
+    }
+
+    fn http_chain(tool_config: Value) -> Vec<ChainElement> {
+        vec![
+            element(
+                "api/get",
+                "/proj/.ai/tools/api/get.yaml",
+                json!({"config": tool_config}),
+            ),
+            element(
+                "rye/core/runtimes/http/http",
+                "/sys/.ai/tools/rye/core/runtimes/http/http.yaml",
+                json!({"config": {"method": "GET", "timeout": 30, "max_response_bytes": 1000, "max_redirects": 5}}),
+            ),
+            element(
+                "rye/core/primitives/http_client",
+                "/sys/.ai/tools/rye/core/primitives/http_client.yaml",
+                json!({"executor_id": null}),
+            ),
+        ]
+    }
+
+    fn header<'p>(plan: &'p HttpPlan, name: &str) -> Option<&'p str> {
+        plan.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    }
+
+    #[test]
+    fn a_request_from_configuration_with_parameters_as_data() {
+        let fake = Fake {
+            env: vec![("API_TOKEN".into(), "s3cret".into())],
+            ..Fake::default()
+        };
+        let chain = http_chain(json!({
+            "method": "post",
+            "url": "https://api.test/repos/{owner}/issues?label={label}",
+            "headers": {"Accept": "application/json", "X-Trace": "{trace}", "X-Count": 3},
+            "auth": {"type": "bearer", "token": "${API_TOKEN}"},
+            "body": {"title": "{title}", "labels": "{labels}", "assignee": "{assignee}"},
+            "timeout": 2.5,
+            "retry": {"max_attempts": 3, "backoff": 0.25}
+        }));
+        let params = json!({"owner": "me/../you", "label": "a&b=c", "title": "Hi ${API_TOKEN}", "labels": ["x", 1]});
+        let plan = request(&input(chain, params), &fake).unwrap();
+        assert_eq!(plan.method, "POST");
+        assert_eq!(
+            plan.url,
+            "https://api.test/repos/me%2F..%2Fyou/issues?label=a%26b%3Dc"
+        );
+        assert_eq!(header(&plan, "authorization"), Some("Bearer s3cret"));
+        assert_eq!(header(&plan, "x-count"), Some("3"));
+        assert_eq!(
+            header(&plan, "x-trace"),
+            None,
+            "a header naming a missing parameter is left out"
+        );
+        assert_eq!(header(&plan, "content-type"), Some("application/json"));
+        let body: Value = rye_guest::serde_json::from_slice(plan.body.as_ref().unwrap()).unwrap();
+        // The caller's text is data: `${API_TOKEN}` in it stays as sent.
+        assert_eq!(
+            body,
+            json!({"title": "Hi ${API_TOKEN}", "labels": ["x", 1]})
+        );
+        assert_eq!(plan.timeout_ms, Some(2500));
+        assert_eq!(plan.max_response_bytes, Some(1000));
+        assert_eq!(plan.max_redirects, Some(5));
+        let retry = plan.retry.unwrap();
+        assert_eq!((retry.max_attempts, retry.backoff_ms), (3, 250));
+    }
+
+    #[test]
+    fn a_whole_url_from_the_caller_and_the_defaults() {
+        let chain = http_chain(json!({"url": "{url}", "method": "{method}", "body": "{body}"}));
+        let plan = request(
+            &input(chain.clone(), json!({"url": "http://h.test:8080/a?b=c d"})),
+            &Fake::default(),
+        );
+        let error = plan.unwrap_err();
+        assert!(
+            matches!(&error, PlanError::Config(e) if e.message.contains("whitespace")),
+            "{error:?}"
+        );
+        let plan = request(
+            &input(chain.clone(), json!({"url": "http://h.test:8080/a?b=c"})),
+            &Fake::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (plan.method.as_str(), plan.url.as_str()),
+            ("GET", "http://h.test:8080/a?b=c")
+        );
+        assert_eq!(plan.body, None);
+        assert_eq!(plan.timeout_ms, Some(30_000));
+        let plan = request(
+            &input(
+                chain,
+                json!({"url": "https://h.test/", "method": "PUT", "body": "raw text"}),
+            ),
+            &Fake::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.body.as_deref(), Some(&b"raw text"[..]));
+        assert_eq!(header(&plan, "content-type"), None);
+    }
+
+    #[test]
+    fn requests_that_cannot_be_planned_say_why() {
+        let fails = |config: Value, params: Value, env: Vec<(String, String)>, expect: &str| {
+            let fake = Fake {
+                env,
+                ..Fake::default()
+            };
+            let error = request(&input(http_chain(config), params), &fake).unwrap_err();
+            assert!(
+                matches!(&error, PlanError::Config(e) if e.message.contains(expect) && e.item_id == "rye/core/primitives/http_client"),
+                "{expect}: {error:?}"
+            );
+        };
+        fails(json!({"url": "{url}"}), json!({}), vec![], "did not give");
+        fails(json!({}), json!({}), vec![], "config.url");
+        fails(
+            json!({"url": "file:///etc/passwd"}),
+            json!({}),
+            vec![],
+            "not an absolute http",
+        );
+        fails(
+            json!({"url": "{url}"}),
+            json!({"url": "gopher://h.test/"}),
+            vec![],
+            "not an absolute http",
+        );
+        fails(
+            json!({"url": "https://h.test/{missing}/x"}),
+            json!({}),
+            vec![],
+            "{missing}",
+        );
+        fails(
+            json!({"url": "https:///x"}),
+            json!({}),
+            vec![],
+            "names no host",
+        );
+        fails(
+            json!({"url": "https://h.test", "method": "GE T"}),
+            json!({}),
+            vec![],
+            "not an HTTP method",
+        );
+        fails(
+            json!({"url": "https://h.test", "headers": {"X": "{v}"}}),
+            json!({"v": "a
+Host: evil"}),
+            vec![],
+            "line break",
+        );
+        fails(
+            json!({"url": "https://h.test", "headers": {"Bad Name": "x"}}),
+            json!({}),
+            vec![],
+            "not a header name",
+        );
+        fails(
+            json!({"url": "https://h.test", "headers": ["x"]}),
+            json!({}),
+            vec![],
+            "must be a mapping",
+        );
+        fails(
+            json!({"url": "https://h.test", "auth": {"type": "bearer", "token": "${UNSET_TOKEN}"}}),
+            json!({}),
+            vec![],
+            "auth.token is empty",
+        );
+        fails(
+            json!({"url": "https://h.test", "auth": {"type": "basic"}}),
+            json!({}),
+            vec![],
+            "not bearer or api_key",
+        );
+        fails(
+            json!({"url": "https://h.test", "retry": {"max_attempts": 0}}),
+            json!({}),
+            vec![],
+            "max_attempts",
+        );
+        fails(
+            json!({"url": "https://h.test", "max_redirects": -1}),
+            json!({}),
+            vec![],
+            "not a whole number",
+        );
+        fails(
+            json!({"url": "https://h.test", "timeout": 0}),
+            json!({}),
+            vec![],
+            "positive",
+        );
+
+        let fake = Fake {
+            env: vec![("KEY".into(), "k1".into())],
+            ..Fake::default()
+        };
+        let plan = request(
+            &input(
+                http_chain(
+                    json!({"url": "https://h.test", "auth": {"type": "api_key", "key": "${KEY}"}}),
+                ),
+                json!({}),
+            ),
+            &fake,
+        )
+        .unwrap();
+        assert_eq!(header(&plan, "x-api-key"), Some("k1"));
+    }
+
     fn env_of(plan: &ProcessPlan) -> BTreeMap<String, String> {
         plan.env
             .iter()
@@ -167,7 +401,7 @@ mod tests {
             json!({"executor_id": "rye/core/runtimes/bash/bash"}),
         );
         let params = json!({"command": "echo ${HOME} {tool_path} $(id)"});
-        let plan = plan::plan(
+        let plan = process(
             &input(vec![tool, runtime, primitive()], params.clone()),
             &Fake::default(),
         )
@@ -206,7 +440,7 @@ mod tests {
             ],
             ..Fake::default()
         };
-        let plan = plan::plan(&input(vec![tool, runtime, primitive()], json!({})), &fake).unwrap();
+        let plan = process(&input(vec![tool, runtime, primitive()], json!({})), &fake).unwrap();
         let env = env_of(&plan);
         assert_eq!(env["MODE"], "tool");
         assert_eq!(env["BASE"], "/home/me/x");
@@ -223,7 +457,7 @@ mod tests {
     fn interpreters_local_system_command_and_fallback() {
         let local = json!({"env_config": {"interpreter": {"type": "local_binary", "binary": "python", "candidates": ["python3"], "search_paths": [".venv/bin"], "var": "RYE_PYTHON", "fallback": "python3"}}, "config": {"command": "${RYE_PYTHON}"}});
         let run = |metadata: Value, fake: &Fake| {
-            plan::plan(
+            process(
                 &input(
                     vec![
                         element("t", "/proj/t.py", json!({})),
@@ -285,13 +519,13 @@ mod tests {
         };
         let chain = || vec![tool.clone(), runtime.clone(), primitive()];
 
-        let unanchored = plan::plan(&input(chain(), json!({})), &fake).unwrap();
+        let unanchored = process(&input(chain(), json!({})), &fake).unwrap();
         assert_eq!(unanchored.cwd.as_deref(), Some("/proj"));
         assert_eq!(env_of(&unanchored)["PATH"], "/usr/bin:/bin");
 
         fake.files
             .insert("/proj/.ai/tools/web/package.json".into(), "{}".into());
-        let anchored = plan::plan(&input(chain(), json!({})), &fake).unwrap();
+        let anchored = process(&input(chain(), json!({})), &fake).unwrap();
         assert_eq!(anchored.cwd.as_deref(), Some("/proj/.ai/tools/web"));
         let env = env_of(&anchored);
         assert_eq!(
@@ -324,7 +558,7 @@ mod tests {
             "/proj/.ai/tools/t.py",
             json!({"config_resolve": {"path": "web/web.yaml", "mode": "deep_merge"}, "config": {"command": "run", "input_data": "{params_json}"}}),
         );
-        let plan = plan::plan(&input(vec![tool, primitive()], json!({"q": 1})), &fake).unwrap();
+        let plan = process(&input(vec![tool, primitive()], json!({"q": 1})), &fake).unwrap();
         let env = env_of(&plan);
         assert_eq!(env["TOKEN"], "abc def");
         assert_eq!(env["PLAIN"], "1");
@@ -339,7 +573,7 @@ mod tests {
     fn bad_configuration_names_the_element() {
         let tool = element("t", "/t.py", json!({}));
         let runtime = element("rt", "/rt.yaml", json!({"config": {"args": ["x"]}}));
-        let error = plan::plan(
+        let error = process(
             &input(vec![tool.clone(), runtime, primitive()], json!({})),
             &Fake::default(),
         )
@@ -353,7 +587,7 @@ mod tests {
             "/rt.yaml",
             json!({"config": {"command": "x", "timeout": "soon"}}),
         );
-        let error = plan::plan(
+        let error = process(
             &input(vec![tool, runtime, primitive()], json!({})),
             &Fake::default(),
         )

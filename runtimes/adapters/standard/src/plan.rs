@@ -22,17 +22,22 @@
 //!    `resolved_config`.
 //! 5. **Templates** (see [`crate::template`]) fill `command`, `args`,
 //!    `cwd` and `input_data`; `{params_json}` is the parameters as JSON.
+//!    A chain that ends in the HTTP primitive gets a request instead,
+//!    planned from the same configuration (see [`crate::http`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rye_guest::adapter::{ChainElement, PlanError, PlanInput, ProcessPlan, Space};
+use rye_guest::adapter::{ChainElement, PlanError, PlanInput, Planned, ProcessPlan, Space};
 use rye_guest::serde_json::{self, Map, Value, json};
 
 use crate::template::{self, Vars, fill_context};
 
 /// Seconds a process may run when no element says.
 const DEFAULT_TIMEOUT_SECS: f64 = 300.0;
+
+/// The primitive that sends HTTP requests.
+pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
 
 /// A space's name as the host's files and messages spell it.
 pub fn space_name(space: Space) -> &'static str {
@@ -56,8 +61,8 @@ pub trait Host {
     fn read_file(&self, path: &str) -> Option<String>;
 }
 
-struct Element<'a> {
-    id: &'a str,
+pub(crate) struct Element<'a> {
+    pub id: &'a str,
     path: &'a str,
     meta: Map<String, Value>,
 }
@@ -67,13 +72,14 @@ impl Element<'_> {
         self.meta.get(key).filter(|v| !v.is_null())
     }
 
-    fn config_error(&self, message: impl Into<String>) -> PlanError {
+    pub fn config_error(&self, message: impl Into<String>) -> PlanError {
         PlanError::config(self.id, message)
     }
 }
 
-/// Plans the process for one execution.
-pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError> {
+/// Plans one execution: the process, or the request when the chain ends
+/// in the HTTP primitive.
+pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
     let elements = input
         .chain
         .iter()
@@ -203,6 +209,13 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError
         env: &env,
     };
     let root = elements.last().unwrap_or(tool);
+    if root.id == HTTP_PRIMITIVE {
+        let mut request = crate::http::plan(root, &config, &vars)?;
+        for (step, detail) in notes {
+            request = request.note(step, detail);
+        }
+        return Ok(request.into());
+    }
     let text = |key: &str, value: &Value| -> Result<String, PlanError> {
         match vars.expand(value) {
             Value::String(s) => Ok(s),
@@ -246,25 +259,7 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError
         Some(value) => Some(text("input_data", value)?.into_bytes()),
         None => None,
     };
-    let timeout_secs = match config.get("timeout").map(|t| vars.expand(t)) {
-        None => DEFAULT_TIMEOUT_SECS,
-        Some(Value::Number(n)) => n.as_f64().unwrap_or(DEFAULT_TIMEOUT_SECS),
-        Some(Value::String(s)) => s.trim().parse().map_err(|_| {
-            PlanError::config(root.id, format!("timeout {s:?} is not a number of seconds"))
-        })?,
-        Some(other) => {
-            return Err(PlanError::config(
-                root.id,
-                format!("timeout {other} is not a number of seconds"),
-            ));
-        }
-    };
-    if !(timeout_secs > 0.0 && timeout_secs.is_finite()) {
-        return Err(PlanError::config(
-            root.id,
-            format!("timeout {timeout_secs} must be a positive number of seconds"),
-        ));
-    }
+    let timeout_secs = timeout_secs(root, &config, &vars, DEFAULT_TIMEOUT_SECS)?;
 
     let mut plan = ProcessPlan::new(command).timeout_ms((timeout_secs * 1000.0).round() as u64);
     plan.args = args;
@@ -276,7 +271,34 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError
     for (step, detail) in notes {
         plan = plan.note(step, detail);
     }
-    Ok(plan)
+    Ok(plan.into())
+}
+
+/// The configuration's `timeout`, in seconds: a positive number, or text
+/// that reads as one.
+pub(crate) fn timeout_secs(
+    root: &Element,
+    config: &Map<String, Value>,
+    vars: &Vars,
+    default: f64,
+) -> Result<f64, PlanError> {
+    let secs = match config.get("timeout").map(|t| vars.expand(t)) {
+        None => default,
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(default),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map_err(|_| root.config_error(format!("timeout {s:?} is not a number of seconds")))?,
+        Some(other) => {
+            return Err(root.config_error(format!("timeout {other} is not a number of seconds")));
+        }
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(root.config_error(format!(
+            "timeout {secs} must be a positive number of seconds"
+        )));
+    }
+    Ok(secs)
 }
 
 fn parent(path: &str) -> String {

@@ -94,35 +94,47 @@ impl Vars<'_> {
     /// Expands a configuration value: `${VAR}` in its strings, then
     /// `{name}`.
     pub fn expand(&self, value: &Value) -> Value {
-        self.expand_at(value, 0)
+        self.expand_at(value, 0, Insert::AsIs)
     }
 
-    fn expand_at(&self, value: &Value, depth: usize) -> Value {
+    /// Expands a URL template: as [`Vars::expand`], except that data (a
+    /// caller's parameter, a context value) placed inside longer text is
+    /// percent-encoded, so it cannot change the URL's structure. A URL
+    /// that is exactly one `{name}` takes the value whole.
+    pub fn expand_url(&self, value: &Value) -> Value {
+        self.expand_at(value, 0, Insert::Encoded)
+    }
+
+    fn expand_at(&self, value: &Value, depth: usize, insert: Insert) -> Value {
         match value {
-            Value::String(text) => self.expand_text(&expand_env(text, self.env), depth),
-            Value::Array(items) => {
-                Value::Array(items.iter().map(|v| self.expand_at(v, depth)).collect())
-            }
+            Value::String(text) => self.expand_text(&expand_env(text, self.env), depth, insert),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|v| self.expand_at(v, depth, insert))
+                    .collect(),
+            ),
             Value::Object(map) => Value::Object(
                 map.iter()
-                    .map(|(k, v)| (k.clone(), self.expand_at(v, depth)))
+                    .map(|(k, v)| (k.clone(), self.expand_at(v, depth, insert)))
                     .collect(),
             ),
             other => other.clone(),
         }
     }
 
-    fn resolve(&self, name: &str, depth: usize) -> Option<Value> {
+    /// The value of `name`, and whether it is data (not a template).
+    fn resolve(&self, name: &str, depth: usize, insert: Insert) -> Option<(Value, bool)> {
         match self.find(name)? {
-            Found::Data(value) => Some(value),
+            Found::Data(value) => Some((value, true)),
             Found::Template(_) if depth >= MAX_DEPTH => None,
-            Found::Template(value) => Some(self.expand_at(value, depth + 1)),
+            Found::Template(value) => Some((self.expand_at(value, depth + 1, insert), false)),
         }
     }
 
-    fn expand_text(&self, text: &str, depth: usize) -> Value {
+    fn expand_text(&self, text: &str, depth: usize, insert: Insert) -> Value {
         if let Some(name) = lone_placeholder(text)
-            && let Some(value) = self.resolve(name, depth)
+            && let Some((value, _)) = self.resolve(name, depth, insert)
         {
             return value;
         }
@@ -135,9 +147,18 @@ impl Vars<'_> {
             let name = close.map(|c| &after[..c]).filter(|n| is_var_name(n));
             match (name, close) {
                 (Some(name), Some(close)) => {
-                    match self.resolve(name, depth) {
-                        Some(Value::String(s)) => out.push_str(&s),
-                        Some(other) => out.push_str(&other.to_string()),
+                    match self.resolve(name, depth, insert) {
+                        Some((value, data)) => {
+                            let text = match value {
+                                Value::String(s) => s,
+                                other => other.to_string(),
+                            };
+                            if data && insert == Insert::Encoded {
+                                percent_encode(&text, &mut out);
+                            } else {
+                                out.push_str(&text);
+                            }
+                        }
                         None => out.push_str(&rest[open..open + close + 2]),
                     }
                     rest = &after[close + 1..];
@@ -153,12 +174,30 @@ impl Vars<'_> {
     }
 }
 
+/// How data goes into longer text.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Insert {
+    AsIs,
+    /// Percent-encoded, all but the unreserved characters of RFC 3986.
+    Encoded,
+}
+
+fn percent_encode(text: &str, out: &mut String) {
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+}
+
 fn is_var_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
 /// The name in a string that is only `{name}` (surrounding spaces allowed).
-fn lone_placeholder(text: &str) -> Option<&str> {
+pub fn lone_placeholder(text: &str) -> Option<&str> {
     let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
     is_var_name(inner).then_some(inner)
 }
@@ -174,7 +213,7 @@ pub fn fill_context(text: &str, context: &BTreeMap<&'static str, String>) -> Str
         config: &empty,
         env: &env,
     };
-    match vars.expand_text(text, MAX_DEPTH) {
+    match vars.expand_text(text, MAX_DEPTH, Insert::AsIs) {
         Value::String(s) => s,
         other => other.to_string(),
     }
@@ -240,6 +279,35 @@ mod tests {
         assert_eq!(
             vars.expand(&json!("${HOME}/{unknown}")),
             json!("/home/me/{unknown}")
+        );
+    }
+
+    #[test]
+    fn data_in_a_url_is_encoded() {
+        let env = env();
+        let context = BTreeMap::from([("tool_path", "/t/my tool.py".to_owned())]);
+        let parameters = json!({"owner": "a/b?c=d#e", "n": 3, "whole": "https://x.test/p?q=1"});
+        let config = json!({"base": "https://api.test/${HOME}", "path": "/repos/{owner}"});
+        let vars = Vars {
+            context: &context,
+            parameters: parameters.as_object().unwrap(),
+            config: config.as_object().unwrap(),
+            env: &env,
+        };
+        assert_eq!(
+            vars.expand_url(&json!("{base}{path}/{n}?t={tool_path}")),
+            json!("https://api.test//home/me/repos/a%2Fb%3Fc%3Dd%23e/3?t=%2Ft%2Fmy%20tool.py")
+        );
+        // A whole URL from the caller is taken as it is.
+        assert_eq!(
+            vars.expand_url(&json!("{whole}")),
+            json!("https://x.test/p?q=1")
+        );
+        // Outside URLs, data goes in as it is.
+        assert_eq!(vars.expand(&json!("x {owner}")), json!("x a/b?c=d#e"));
+        assert_eq!(
+            vars.expand_url(&json!("https://h.test/{ü}")),
+            json!("https://h.test/{ü}")
         );
     }
 
