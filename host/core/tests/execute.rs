@@ -356,6 +356,35 @@ fn a_custom_adapter_from_the_examples_changes_the_plan() {
 }
 
 #[test]
+fn an_adapter_that_plans_a_process_for_an_http_chain_is_refused() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let adapter = p.join(".ai/adapters/examples/shebang.wasm");
+    std::fs::create_dir_all(adapter.parent().unwrap()).unwrap();
+    common::copy_signed(artifacts::SHEBANG_ADAPTER, &adapter);
+    write(
+        p,
+        ".ai/tools/shebang/web.yaml",
+        "executor_id: rye/core/primitives/http_client\nadapter: examples/shebang\n",
+    );
+    write(
+        p,
+        ".ai/tools/demo/web.sh",
+        "#!/bin/sh -e\n# Not a request.\n# __executor_id__ = \"shebang/web\"\ntouch ran\n",
+    );
+    let rye = rye(user.path());
+    let result = tool(&rye, p, "demo/web", json!({}));
+    assert_eq!(result["status"], "error", "{result:#}");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error
+            .contains("planned a process for a chain that ends in rye/core/primitives/http_client"),
+        "{error}"
+    );
+    assert!(!p.join("ran").exists(), "nothing ran");
+}
+
+#[test]
 fn interpreters_are_resolved_and_their_commands_traced() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
