@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attach;
 mod contain;
 #[cfg(target_os = "linux")]
 mod spawn;
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+pub use attach::{Attached, Exit, attach};
 pub use contain::{Containment, RUN_MARKER, containment, init, settle, stop_all};
 
 /// What to run.
@@ -259,8 +261,10 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, into: &mu
     }
 }
 
-type Input = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
-type Output = Box<dyn AsyncRead + Unpin + Send>;
+/// A child's stdin, for writing.
+pub type Input = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+/// A child's stdout or stderr, for reading.
+pub type Output = Box<dyn AsyncRead + Unpin + Send>;
 
 /// A started child, however it was started.
 enum Started {
