@@ -7,7 +7,8 @@
 //! parameters, and returns exactly what the host's primitive will do: the
 //! process the subprocess primitive runs ([`ProcessPlan`]) when the chain
 //! ends in `rye/core/primitives/execute`, the request the HTTP primitive
-//! sends ([`HttpPlan`]) when it ends in `rye/core/primitives/http_client`.
+//! sends ([`HttpPlan`]) when it ends in `rye/core/primitives/http_client`,
+//! the tool call ([`McpPlan`]) when it ends in `rye/core/primitives/mcp_client`.
 //! It never spawns or connects anything itself; for facts about the machine it asks
 //! the host through [`host`], which answers under policy.
 //!
@@ -47,7 +48,7 @@ use __wit::exports::rye::plugin::planning as wit;
 
 pub use __wit::rye::plugin::types::{Diagnostic, LocatedError, Position, Severity, Space};
 pub use wit::{
-    ChainElement, ElementError, EnvVar, Header, HttpPlan, PlanError, PlanInput, Planned,
+    ChainElement, ElementError, EnvVar, Header, HttpPlan, McpPlan, PlanError, PlanInput, Planned,
     ProcessPlan, Retry, TraceNote,
 };
 
@@ -128,6 +129,12 @@ impl From<ProcessPlan> for Planned {
 impl From<HttpPlan> for Planned {
     fn from(plan: HttpPlan) -> Self {
         Planned::Http(plan)
+    }
+}
+
+impl From<McpPlan> for Planned {
+    fn from(plan: McpPlan) -> Self {
+        Planned::Mcp(plan)
     }
 }
 

@@ -196,6 +196,13 @@ enum Command {
         #[command(subcommand)]
         action: ComponentAction,
     },
+    /// Reach tools on other MCP servers through signed items: add a
+    /// server, discover its tools (one signed item each, pinning the
+    /// definition approved), list and remove servers.
+    Mcp {
+        #[command(subcommand)]
+        action: McpAction,
+    },
     /// Make, show and trust signing keys.
     Keys {
         #[command(subcommand)]
@@ -262,6 +269,56 @@ enum ComponentAction {
     /// Show a component's world, contract version, imports, exports and
     /// size, and whether this host would load it.
     Inspect { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum McpAction {
+    /// Write and sign the server item .ai/tools/mcp/servers/NAME.yaml.
+    /// A stdio server gets PATH and HOME from the host's environment and
+    /// the --env variables; nothing else of the host's reaches it.
+    Add {
+        name: String,
+        /// A streamable HTTP server at this URL.
+        #[arg(long, conflicts_with = "stdio", required_unless_present = "stdio")]
+        http: Option<String>,
+        /// A header for an HTTP server, NAME=VALUE (the value may use
+        /// ${VAR}). Repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// The variable holding an HTTP server's bearer token (read at
+        /// each connection, never written in the item).
+        #[arg(long, value_name = "VAR")]
+        bearer_token_env: Option<String>,
+        /// A variable of a stdio server, NAME=VALUE (the value may use
+        /// ${VAR}). Repeatable.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// project or user.
+        #[arg(long, default_value = "project")]
+        space: Space,
+        /// Replace an existing server item.
+        #[arg(long)]
+        force: bool,
+        /// A stdio server: the command and its arguments (give it last).
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "COMMAND")]
+        stdio: Vec<String>,
+    },
+    /// Start or reach the server, and write and sign one tool item per
+    /// tool it offers under .ai/tools/mcp/NAME/, removing those it no
+    /// longer offers.
+    Discover { name: String },
+    /// As discover: approves the server's tools as they are now, after a
+    /// changed definition was refused.
+    Refresh { name: String },
+    /// The server items of the project and user spaces.
+    List,
+    /// Remove a server item and its tools' items.
+    Remove {
+        name: String,
+        /// project or user.
+        #[arg(long, default_value = "project")]
+        space: Space,
+    },
 }
 
 #[derive(Subcommand)]
@@ -659,6 +716,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 component::inspect(rye.components(), &file, cli.json, &mut out)?;
             }
         },
+        Command::Mcp { action } => mcp(rye, project.as_deref(), action, &mut out, cli.json)?,
         Command::Keys { action } => keys(
             &rye,
             key_dir,
@@ -852,3 +910,125 @@ impl std::fmt::Display for Failed {
 }
 
 impl std::error::Error for Failed {}
+
+/// `rye mcp …`.
+fn mcp(
+    rye: Rye,
+    project: Option<&std::path::Path>,
+    action: McpAction,
+    out: &mut impl Write,
+    json: bool,
+) -> anyhow::Result<()> {
+    let pairs = |what: &str, items: &[String]| -> anyhow::Result<Vec<(String, String)>> {
+        items
+            .iter()
+            .map(|item| {
+                item.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .with_context(|| format!("--{what} {item:?} is not NAME=VALUE"))
+            })
+            .collect()
+    };
+    match action {
+        McpAction::Add {
+            name,
+            http,
+            headers,
+            bearer_token_env,
+            env,
+            space,
+            force,
+            stdio,
+        } => {
+            let server = match http {
+                Some(url) => rye_host::NewServer::Http {
+                    url,
+                    headers: pairs("header", &headers)?,
+                    bearer_token_env,
+                },
+                None => {
+                    let (command, args) = stdio.split_first().context("--stdio needs a command")?;
+                    rye_host::NewServer::Stdio {
+                        command: command.clone(),
+                        args: args.to_vec(),
+                        env: pairs("env", &env)?,
+                    }
+                }
+            };
+            let path = rye
+                .mcp_add(project, space, &name, &server, force)
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                output::json(
+                    out,
+                    &serde_json::json!({"server": format!("mcp/servers/{name}"), "path": path}),
+                )?;
+            } else {
+                writeln!(out, "wrote and signed {}", path.display())?;
+                writeln!(out, "next: rye mcp discover {name}")?;
+            }
+        }
+        McpAction::Discover { name } | McpAction::Refresh { name } => {
+            let rye = std::sync::Arc::new(rye);
+            contain_runs();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let report = runtime
+                .block_on(rye.mcp_discover(project, &name))
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                output::json(out, &report)?;
+            } else {
+                for (what, names) in [
+                    ("added", &report.added),
+                    ("updated", &report.updated),
+                    ("unchanged", &report.unchanged),
+                    ("removed", &report.removed),
+                ] {
+                    if !names.is_empty() {
+                        writeln!(out, "{what}: {}", names.join(", "))?;
+                    }
+                }
+                writeln!(
+                    out,
+                    "{} tools of {} as items mcp/{name}/<tool>",
+                    report.added.len() + report.updated.len() + report.unchanged.len(),
+                    report.server
+                )?;
+            }
+            drop(runtime);
+            rye_host::runs::settle(std::time::Duration::from_secs(2));
+        }
+        McpAction::List => {
+            let servers = rye.mcp_list(project);
+            if json {
+                output::json(out, &servers)?;
+            } else if servers.is_empty() {
+                writeln!(out, "no MCP servers; add one with rye mcp add")?;
+            } else {
+                for server in servers {
+                    writeln!(
+                        out,
+                        "{}  ({} space, {}, {} tools)  {}",
+                        server.name, server.space, server.transport, server.tools, server.target
+                    )?;
+                }
+            }
+        }
+        McpAction::Remove { name, space } => {
+            let removed = rye
+                .mcp_remove(project, space, &name)
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                output::json(out, &serde_json::json!({"removed": removed}))?;
+            } else {
+                for path in removed {
+                    writeln!(out, "removed {}", path.display())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

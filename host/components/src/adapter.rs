@@ -48,6 +48,7 @@ pub struct Planned {
 pub enum PlannedAction {
     Process(PlannedProcess),
     Http(PlannedRequest),
+    Mcp(PlannedCall),
 }
 
 /// A process for the subprocess primitive.
@@ -58,6 +59,18 @@ pub struct PlannedProcess {
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
     pub stdin: Option<Vec<u8>>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// A tool call for the MCP primitive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedCall {
+    /// The server item's id.
+    pub server: String,
+    pub tool_name: String,
+    /// A JSON object.
+    pub arguments: Value,
+    pub startup_timeout_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
 }
 
@@ -171,6 +184,29 @@ impl ComponentHost {
                         }),
                         plan.notes,
                     ),
+                    wit::Planned::Mcp(plan) => {
+                        let arguments: Value =
+                            serde_json::from_str(&plan.arguments).map_err(|e| {
+                                fail(ComponentErrorKind::BadOutput(format!(
+                                    "the MCP call's arguments are not valid JSON: {e}"
+                                )))
+                            })?;
+                        if !arguments.is_object() {
+                            return Err(fail(ComponentErrorKind::BadOutput(
+                                "the MCP call's arguments are not a JSON object".into(),
+                            )));
+                        }
+                        (
+                            PlannedAction::Mcp(PlannedCall {
+                                server: plan.server,
+                                tool_name: plan.tool_name,
+                                arguments,
+                                startup_timeout_ms: plan.startup_timeout_ms,
+                                timeout_ms: plan.timeout_ms,
+                            }),
+                            plan.notes,
+                        )
+                    }
                 };
                 let mut notes = Vec::with_capacity(raw_notes.len());
                 for note in raw_notes {

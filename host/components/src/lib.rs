@@ -40,7 +40,8 @@ mod validate;
 mod world;
 
 pub use adapter::{
-    PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedProcess, PlannedRequest,
+    PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
+    PlannedRequest,
 };
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin, Precompiled};

@@ -13,8 +13,10 @@ pub(crate) const PRIMITIVE_ALIASES: &[(&str, &str)] =
     &[("rye/core/primitives/subprocess", EXECUTE_PRIMITIVE)];
 /// The primitive that sends HTTP requests.
 pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
+/// The primitive that calls tools on MCP servers.
+pub const MCP_PRIMITIVE: &str = "rye/core/primitives/mcp_client";
 /// The primitives a chain may end in.
-pub const PRIMITIVES: &[&str] = &[EXECUTE_PRIMITIVE, HTTP_PRIMITIVE];
+pub const PRIMITIVES: &[&str] = &[EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE];
 
 /// Why a chain could not be built or is not valid. Each names the
 /// elements involved and the rule.

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rye_components::{
-    ComponentError, PlanElement, PlanRequest, Planned, PlannedAction, PlannedProcess,
+    ComponentError, PlanElement, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
     PlannedRequest, World,
 };
 use rye_process::{Capture, Outcome, Plan};
@@ -36,7 +36,7 @@ use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
-use crate::chain_rules::HTTP_PRIMITIVE;
+use crate::chain_rules::{HTTP_PRIMITIVE, MCP_PRIMITIVE};
 use crate::lockfile::LockState;
 use crate::reply::{
     DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
@@ -299,18 +299,25 @@ impl Rye {
                 path: path.clone(),
                 failure: failure.to_string(),
             })?;
-        let http = chain.primitive().item_id == HTTP_PRIMITIVE;
-        let planned_http = matches!(planned.action, PlannedAction::Http(_));
-        if http != planned_http {
+        let (planned_kind, fits) = match &planned.action {
+            PlannedAction::Process(_) => ("a process", false),
+            PlannedAction::Http(_) => (
+                "an HTTP request",
+                chain.primitive().item_id == HTTP_PRIMITIVE,
+            ),
+            PlannedAction::Mcp(_) => (
+                "an MCP tool call",
+                chain.primitive().item_id == MCP_PRIMITIVE,
+            ),
+        };
+        let process_chain =
+            ![HTTP_PRIMITIVE, MCP_PRIMITIVE].contains(&chain.primitive().item_id.as_str());
+        let fits = fits || (process_chain && matches!(planned.action, PlannedAction::Process(_)));
+        if !fits {
             return Err(HostError::AdapterFailed {
                 path,
                 failure: format!(
-                    "it planned {} for a chain that ends in {}",
-                    if planned_http {
-                        "an HTTP request"
-                    } else {
-                        "a process"
-                    },
+                    "it planned {planned_kind} for a chain that ends in {}",
                     chain.primitive().item_id
                 ),
             });
@@ -654,6 +661,7 @@ impl<'a> ToolRun<'a> {
                 Ran::process(&outcome, plan.timeout_ms)
             }
             PlannedAction::Http(request) => self.send(&chain, request).await?,
+            PlannedAction::Mcp(call) => self.call_mcp(&chain, call).await?,
         };
         Ok(self.record(&chain, &lock, ran))
     }
@@ -829,6 +837,17 @@ impl<'a> ToolRun<'a> {
                     private_addresses: private,
                 })
             }
+            PlannedAction::Mcp(call) => self.step(Step::Call {
+                server: call.server.clone(),
+                tool_name: call.tool_name.clone(),
+                argument_keys: call
+                    .arguments
+                    .as_object()
+                    .map(|a| a.keys().cloned().collect())
+                    .unwrap_or_default(),
+                startup_timeout_ms: call.startup_timeout_ms,
+                timeout_ms: call.timeout_ms,
+            }),
         }
         Ok(plan)
     }
@@ -925,6 +944,77 @@ impl<'a> ToolRun<'a> {
             },
         });
         Ok(Ran::http(sent, duration))
+    }
+
+    /// The planned call, made by the MCP primitive on a warm session where
+    /// there is one, once the server's definition of the tool is the one
+    /// the tool item pins.
+    async fn call_mcp(&mut self, chain: &Chain, call: &PlannedCall) -> Stage<Ran> {
+        let tool = chain.tool();
+        let server = self
+            .rye
+            .mcp_server(&self.session, tool.space, &call.server)
+            .map_err(|e| self.fail(ErrorReply::new(e)))?;
+        let startup = call
+            .startup_timeout_ms
+            .map_or(server.startup, std::time::Duration::from_millis);
+        let timeout = std::time::Duration::from_millis(call.timeout_ms.unwrap_or(60_000));
+        let started = Instant::now();
+        let pool = &self.rye.mcp;
+        let (session, fresh) = pool
+            .session(&server.key, &server.id, &server.transport, startup)
+            .await
+            .map_err(|e| self.fail(ErrorReply::new(e)))?;
+        let end = |e: &rye_mcp_client::McpError| {
+            if e.ends_session() {
+                pool.discard(&server.key, &session);
+            }
+        };
+        let definitions = match session.definitions(timeout).await {
+            Ok(definitions) => definitions,
+            Err(e) => {
+                end(&e);
+                return Err(self.fail(ErrorReply::new(e)));
+            }
+        };
+        let current = definitions.iter().find(|d| d.name == call.tool_name);
+        if crate::mcp::pin_mismatch(&tool.metadata, current, &call.tool_name, &server.id).is_some()
+        {
+            // Said against the item's whole document, not its summary.
+            let document = self
+                .rye
+                .load(&LoadRequest {
+                    source: Some(tool.space),
+                    project: self.request.project.clone(),
+                    ..LoadRequest::new(ItemKind::Tool, tool.item_id.clone())
+                })
+                .map(|loaded| loaded.parsed)
+                .unwrap_or_else(|_| tool.metadata.clone());
+            let reason = crate::mcp::pin_mismatch(&document, current, &call.tool_name, &server.id)
+                .unwrap_or_else(|| "the server's definition changed".into());
+            return Err(self.fail(ErrorReply::new(reason)));
+        }
+        let arguments = call.arguments.as_object().cloned().unwrap_or_default();
+        let called = session.call(&call.tool_name, arguments, timeout).await;
+        if let Err(e) = &called {
+            end(e);
+        }
+        let duration = started.elapsed();
+        self.step(Step::Mcp {
+            server: server.id.clone(),
+            server_path: server.path.clone(),
+            transport: match server.transport {
+                rye_mcp_client::Transport::Stdio(_) => "stdio",
+                rye_mcp_client::Transport::Http { .. } => "http",
+            },
+            session: if fresh { "started" } else { "reused" },
+            pid: session.pid(),
+            definition_hash: current.map(rye_mcp_client::ToolDefinition::hash),
+            duration_ms: duration.as_millis() as u64,
+            is_error: called.as_ref().is_ok_and(|c| c.is_error),
+            error: called.as_ref().err().map(ToString::to_string),
+        });
+        Ok(Ran::mcp(called, duration))
     }
 
     /// The result, and the lockfile of a first successful run.
@@ -1086,6 +1176,38 @@ impl Ran {
             duration,
             return_code: None,
             status_code: Some(response.status),
+            truncated: None,
+        }
+    }
+}
+
+impl Ran {
+    /// The call's data (see [`rye_mcp_client::CallOutcome::data`]); a call
+    /// the server says failed is an error with the server's text.
+    fn mcp(
+        called: Result<rye_mcp_client::CallOutcome, rye_mcp_client::McpError>,
+        duration: std::time::Duration,
+    ) -> Self {
+        let (data, error) = match called {
+            Ok(outcome) => {
+                let error = outcome.is_error.then(|| {
+                    let text = outcome.text.trim();
+                    if text.is_empty() {
+                        "the MCP tool reported an error".to_owned()
+                    } else {
+                        text.to_owned()
+                    }
+                });
+                (outcome.data(), error)
+            }
+            Err(e) => (Value::Null, Some(e.to_string())),
+        };
+        Ran {
+            data,
+            error,
+            duration,
+            return_code: None,
+            status_code: None,
             truncated: None,
         }
     }

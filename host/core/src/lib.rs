@@ -26,6 +26,8 @@ mod integrity;
 mod layout;
 mod load;
 mod lockfile;
+pub mod mcp;
+mod mcp_servers;
 mod metadata;
 mod parse;
 mod reply;
@@ -41,8 +43,9 @@ mod validate;
 mod validators;
 
 pub use chain::{Chain, ChainElement, ChainSummary};
-pub use chain_rules::{ChainError, EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MAX_DEPTH};
+pub use chain_rules::{ChainError, EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MAX_DEPTH, MCP_PRIMITIVE};
 pub use config::{RyeConfig, state_dir_from_env};
+pub use mcp_servers::{Discovered, NewServer, ServerListing};
 
 /// How the processes of runs are contained, and stopping them all.
 pub mod runs {

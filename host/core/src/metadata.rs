@@ -46,6 +46,8 @@ const TOOL_FIELDS: &[(&str, &[&str])] = &[
     ("inputs", &["inputs"]),
     ("outputs", &["outputs"]),
     ("adapter", &["adapter"]),
+    ("input_schema", &["input_schema"]),
+    ("definition_hash", &["definition_hash"]),
 ];
 
 const DIRECTIVE_FIELDS: &[(&str, &[&str])] = &[

@@ -33,11 +33,31 @@ pub struct Rye {
     /// Validation results for `execute` and `sign`: by the validators'
     /// hashes and the subjects'.
     pub(crate) validations: Mutex<Generational<[u8; 32], Arc<Vec<crate::Finding>>>>,
+    /// Warm sessions with MCP servers, shared by every call.
+    pub(crate) mcp: rye_mcp_client::Pool,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
 
+/// How long an MCP session may sit unused before it closes:
+/// `RYE_MCP_IDLE_SECS`, else five minutes.
+fn mcp_idle() -> std::time::Duration {
+    std::env::var("RYE_MCP_IDLE_SECS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| *s >= 0.0 && s.is_finite())
+        .map_or(
+            std::time::Duration::from_secs(300),
+            std::time::Duration::from_secs_f64,
+        )
+}
+
 impl Rye {
+    /// Closes the MCP sessions unused for longer than the idle time.
+    pub fn close_idle_mcp_sessions(&self) {
+        self.mcp.close_idle();
+    }
+
     pub fn new(config: RyeConfig) -> Result<Self, HostError> {
         let key_dir = config.key_dir();
         let system_base = match config.system_base {
@@ -70,6 +90,7 @@ impl Rye {
             key_dir,
             validator_info: Mutex::default(),
             validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
+            mcp: rye_mcp_client::Pool::new(mcp_idle()),
         })
     }
 

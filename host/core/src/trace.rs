@@ -99,6 +99,14 @@ pub enum Step {
         /// Which non-public addresses the chain's runtime allows.
         private_addresses: String,
     },
+    /// The MCP tool call planned. Argument values are not shown.
+    Call {
+        server: String,
+        tool_name: String,
+        argument_keys: Vec<String>,
+        startup_timeout_ms: Option<u64>,
+        timeout_ms: Option<u64>,
+    },
     /// The files under the tool's anchor, verified.
     VerifyDeps { anchor_path: PathBuf, files: usize },
     /// The process ran.
@@ -110,6 +118,19 @@ pub enum Step {
         duration_ms: u64,
         stdout_bytes: u64,
         stderr_bytes: u64,
+    },
+    /// The MCP tool was called.
+    Mcp {
+        server: String,
+        server_path: PathBuf,
+        transport: &'static str,
+        /// `started` for this call, or `reused` from an earlier one.
+        session: &'static str,
+        pid: Option<u32>,
+        definition_hash: Option<String>,
+        duration_ms: u64,
+        is_error: bool,
+        error: Option<String>,
     },
     /// The request was sent.
     Http {

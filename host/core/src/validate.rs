@@ -425,12 +425,14 @@ fn has_executor(document: &serde_json::Map<String, serde_json::Value>) -> bool {
     crate::metadata::tool_field(document, "executor_id").is_some_and(|v| !v.is_null())
 }
 
-/// An extractor (`tool_type: extractor`) or a config schema (id
-/// `<name>.config-schema`) with no executor is data the host reads, not a
-/// tool anything runs: it has no chain to check.
+/// An extractor (`tool_type: extractor`), an MCP server item (`tool_type:
+/// mcp_server`) or a config schema (id `<name>.config-schema`) with no
+/// executor is data the host reads, not a tool anything runs: it has no
+/// chain to check.
 fn is_data(id: &str, document: &serde_json::Map<String, serde_json::Value>) -> bool {
     use crate::metadata::tool_field;
-    (tool_field(document, "tool_type").and_then(serde_json::Value::as_str) == Some("extractor")
+    let tool_type = tool_field(document, "tool_type").and_then(serde_json::Value::as_str);
+    (matches!(tool_type, Some("extractor" | crate::mcp::SERVER_TOOL_TYPE))
         || id.ends_with(".config-schema"))
         && tool_field(document, "executor_id").is_none_or(serde_json::Value::is_null)
 }

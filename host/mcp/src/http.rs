@@ -214,6 +214,7 @@ pub async fn serve_http(
     // idle sessions and frees what they hold.
     manager.session_config.keep_alive = Some(options.session_idle + options.session_idle / 2);
     let manager = Arc::new(manager);
+    let shared_rye = server.rye.clone();
     let service = StreamableHttpService::new(move || Ok(server.clone()), manager.clone(), config);
     let shared = Arc::new(Shared {
         service,
@@ -223,6 +224,7 @@ pub async fn serve_http(
         options,
     });
     tokio::spawn(sweep(Arc::downgrade(&shared)));
+    crate::sweep_mcp_sessions(&shared_rye);
 
     let mut backoff = Duration::ZERO;
     loop {

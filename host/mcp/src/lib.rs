@@ -306,10 +306,27 @@ impl ServerHandler for RyeServer {
     }
 }
 
+/// Closes the idle sessions with other MCP servers every half minute,
+/// while the host lives.
+pub(crate) fn sweep_mcp_sessions(rye: &Arc<Rye>) {
+    let rye = Arc::downgrade(rye);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+        loop {
+            tick.tick().await;
+            match rye.upgrade() {
+                Some(rye) => rye.close_idle_mcp_sessions(),
+                None => return,
+            }
+        }
+    });
+}
+
 /// Serves MCP on stdin/stdout until the client closes the stream. A line
 /// that is no MCP message is answered with a JSON-RPC error, and the
 /// server goes on serving.
 pub async fn serve_stdio(server: RyeServer) -> anyhow::Result<()> {
+    sweep_mcp_sessions(&server.rye);
     let transport = LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
     let service = server.serve(transport).await?;
     service.waiting().await?;

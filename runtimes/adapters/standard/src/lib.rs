@@ -7,6 +7,7 @@
 //! `.ai/config/` files.
 
 mod http;
+mod mcp;
 mod plan;
 mod template;
 
@@ -145,14 +146,14 @@ mod tests {
     fn process(input: &PlanInput, host: &dyn Host) -> Result<ProcessPlan, PlanError> {
         match plan::plan(input, host)? {
             Planned::Process(plan) => Ok(plan),
-            Planned::Http(request) => panic!("a request where a process was due: {request:?}"),
+            other => panic!("something else where a process was due: {other:?}"),
         }
     }
 
     fn request(input: &PlanInput, host: &dyn Host) -> Result<HttpPlan, PlanError> {
         match plan::plan(input, host)? {
             Planned::Http(request) => Ok(request),
-            Planned::Process(plan) => panic!("a process where a request was due: {plan:?}"),
+            other => panic!("something else where a request was due: {other:?}"),
         }
     }
 
@@ -371,6 +372,55 @@ Host: evil"}),
         )
         .unwrap();
         assert_eq!(header(&plan, "x-api-key"), Some("k1"));
+    }
+
+    #[test]
+    fn an_mcp_call_takes_the_parameters_as_its_arguments() {
+        let chain = vec![
+            element(
+                "mcp/notes/add",
+                "/proj/.ai/tools/mcp/notes/add.yaml",
+                json!({"config": {"server": "mcp/servers/notes", "tool_name": "add"}}),
+            ),
+            element(
+                "rye/core/runtimes/mcp/stdio",
+                "/sys/.ai/tools/rye/core/runtimes/mcp/stdio.yaml",
+                json!({"config": {"timeout": 60, "startup_timeout": 5}}),
+            ),
+            element(
+                "rye/core/primitives/mcp_client",
+                "/sys/.ai/tools/rye/core/primitives/mcp_client.yaml",
+                json!({"executor_id": null}),
+            ),
+        ];
+        let params = json!({"a": 1, "b": "${HOME} {tool_path}"});
+        let Planned::Mcp(call) =
+            plan::plan(&input(chain.clone(), params.clone()), &Fake::default()).unwrap()
+        else {
+            panic!("not a call")
+        };
+        assert_eq!(
+            (call.server.as_str(), call.tool_name.as_str()),
+            ("mcp/servers/notes", "add")
+        );
+        let arguments: Value = rye_guest::serde_json::from_str(&call.arguments).unwrap();
+        assert_eq!(arguments, params, "the parameters as sent");
+        assert_eq!(
+            (call.startup_timeout_ms, call.timeout_ms),
+            (Some(5000), Some(60_000))
+        );
+
+        let mut nameless = chain;
+        nameless[0] = element(
+            "mcp/notes/add",
+            "/x.yaml",
+            json!({"config": {"server": "mcp/servers/notes"}}),
+        );
+        let error = plan::plan(&input(nameless, json!({})), &Fake::default()).unwrap_err();
+        assert!(
+            matches!(&error, PlanError::Config(e) if e.message.contains("tool_name")),
+            "{error:?}"
+        );
     }
 
     fn env_of(plan: &ProcessPlan) -> BTreeMap<String, String> {

@@ -23,7 +23,8 @@
 //! 5. **Templates** (see [`crate::template`]) fill `command`, `args`,
 //!    `cwd` and `input_data`; `{params_json}` is the parameters as JSON.
 //!    A chain that ends in the HTTP primitive gets a request instead,
-//!    planned from the same configuration (see [`crate::http`]).
+//!    planned from the same configuration (see [`crate::http`]); one that
+//!    ends in the MCP primitive a tool call (see [`crate::mcp`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,6 +39,8 @@ const DEFAULT_TIMEOUT_SECS: f64 = 300.0;
 
 /// The primitive that sends HTTP requests.
 pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
+/// The primitive that calls tools on MCP servers.
+pub const MCP_PRIMITIVE: &str = "rye/core/primitives/mcp_client";
 
 /// A space's name as the host's files and messages spell it.
 pub fn space_name(space: Space) -> &'static str {
@@ -215,6 +218,16 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
             request = request.note(step, detail);
         }
         return Ok(request.into());
+    }
+    if root.id == MCP_PRIMITIVE {
+        let mut call = crate::mcp::plan(root, &config, &vars, &parameters)?;
+        for (step, detail) in notes {
+            call.notes.push(rye_guest::adapter::TraceNote {
+                step,
+                detail: detail.to_string(),
+            });
+        }
+        return Ok(call.into());
     }
     let text = |key: &str, value: &Value| -> Result<String, PlanError> {
         match vars.expand(value) {

@@ -1,0 +1,60 @@
+//! A tool call for the MCP primitive, from the chain's merged configuration.
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `server` | required: the server item's id (`mcp/servers/<name>`) |
+//! | `tool_name` | required: the tool's name on the server |
+//! | `timeout` | seconds for the call, default 60 |
+//! | `startup_timeout` | seconds to start the server and `initialize`, default 30 |
+//!
+//! The caller's parameters are the call's arguments, exactly as sent. The
+//! host resolves and verifies the server item and reaches the server; the
+//! adapter never sees how.
+
+use rye_guest::adapter::{McpPlan, PlanError};
+use rye_guest::serde_json::{Map, Value};
+
+use crate::plan::{Element, timeout_secs};
+use crate::template::{Vars, lone_placeholder};
+
+/// Seconds a call may take when no element says.
+const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
+/// Seconds to start a server when no element says.
+const DEFAULT_STARTUP_SECS: f64 = 30.0;
+
+/// Plans the call; `root` is the primitive element, named in errors.
+pub fn plan(
+    root: &Element,
+    config: &Map<String, Value>,
+    vars: &Vars,
+    parameters: &Map<String, Value>,
+) -> Result<McpPlan, PlanError> {
+    let text = |key: &str| -> Result<String, PlanError> {
+        match config.get(key).map(|v| vars.expand(v)) {
+            Some(Value::String(s)) if !s.trim().is_empty() && lone_placeholder(&s).is_none() => {
+                Ok(s.trim().to_owned())
+            }
+            Some(other) => Err(root.config_error(format!("{key} {other} is not a name"))),
+            None => Err(root.config_error(format!("no element of the chain gives config.{key}"))),
+        }
+    };
+    let server = text("server")?;
+    let tool_name = text("tool_name")?;
+    let timeout = timeout_secs(root, config, vars, DEFAULT_TIMEOUT_SECS)?;
+    let startup = match config.get("startup_timeout") {
+        None => DEFAULT_STARTUP_SECS,
+        Some(_) => {
+            let mut only = Map::new();
+            only.insert("timeout".into(), config["startup_timeout"].clone());
+            timeout_secs(root, &only, vars, DEFAULT_STARTUP_SECS)?
+        }
+    };
+    Ok(McpPlan {
+        server,
+        tool_name,
+        arguments: Value::Object(parameters.clone()).to_string(),
+        startup_timeout_ms: Some((startup * 1000.0).round() as u64),
+        timeout_ms: Some((timeout * 1000.0).round() as u64),
+        notes: Vec::new(),
+    })
+}
