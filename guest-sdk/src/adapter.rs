@@ -112,11 +112,18 @@ impl ProcessPlan {
 
     /// Adds a step to show in the caller's trace; `detail` is JSON.
     pub fn note(mut self, step: impl Into<String>, detail: serde_json::Value) -> Self {
-        self.notes.push(TraceNote {
+        self.notes.push(TraceNote::new(step, detail));
+        self
+    }
+}
+
+impl TraceNote {
+    /// A step to show in the caller's trace; `detail` is JSON.
+    pub fn new(step: impl Into<String>, detail: serde_json::Value) -> Self {
+        Self {
             step: step.into(),
             detail: detail.to_string(),
-        });
-        self
+        }
     }
 }
 
@@ -178,10 +185,7 @@ impl HttpPlan {
 
     /// Adds a step to show in the caller's trace; `detail` is JSON.
     pub fn note(mut self, step: impl Into<String>, detail: serde_json::Value) -> Self {
-        self.notes.push(TraceNote {
-            step: step.into(),
-            detail: detail.to_string(),
-        });
+        self.notes.push(TraceNote::new(step, detail));
         self
     }
 }

@@ -583,10 +583,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let rye = std::sync::Arc::new(rye);
             contain_runs();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = one_thread_runtime()?;
             let result = runtime.block_on(async {
                 tokio::spawn(stop_runs_on_signal());
                 rye.execute(&request).await
@@ -971,10 +968,7 @@ fn mcp(
         McpAction::Discover { name } | McpAction::Refresh { name } => {
             let rye = std::sync::Arc::new(rye);
             contain_runs();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = one_thread_runtime()?;
             let report = runtime
                 .block_on(rye.mcp_discover(project, &name))
                 .map_err(anyhow::Error::msg)?;
@@ -1031,4 +1025,12 @@ fn mcp(
         }
     }
     Ok(())
+}
+
+/// The runtime a one-shot command runs on.
+fn one_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }

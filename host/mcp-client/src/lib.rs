@@ -258,18 +258,12 @@ impl Connection {
                     message: "the child has no stdin or stdout".into(),
                 })?;
                 let started = tokio::time::timeout(startup, watcher.serve((stdout, stdin))).await;
-                let stderr = |child: &rye_process::Attached| {
-                    let (tail, _) = child.stderr_tail();
-                    match child.exit() {
-                        Some(exit) => format!("{tail}\n(the server {exit})"),
-                        None => tail,
-                    }
-                };
+
                 match started {
                     Err(_) => Err(McpError::StartupTimeout {
                         server,
                         after: startup,
-                        stderr: stderr(&child),
+                        stderr: last_words(&child),
                     }),
                     Ok(Err(e)) => {
                         // Let an exit be seen before saying why it failed.
@@ -278,7 +272,7 @@ impl Connection {
                         Err(McpError::Initialize {
                             server,
                             message: e.to_string(),
-                            stderr: stderr(&child),
+                            stderr: last_words(&child),
                         })
                     }
                     Ok(Ok(service)) => Ok(connection(service, Some(child))),
@@ -340,14 +334,7 @@ impl Connection {
 
     /// What the server's stderr says lately, and how it ended if it has.
     fn stderr(&self) -> String {
-        let Some(child) = &self.child else {
-            return String::new();
-        };
-        let (tail, _) = child.stderr_tail();
-        match child.exit() {
-            Some(exit) => format!("{tail}\n(the server {exit})"),
-            None => tail,
-        }
+        self.child.as_ref().map(last_words).unwrap_or_default()
     }
 
     async fn within<T, E: std::fmt::Display>(
@@ -457,6 +444,15 @@ impl Connection {
             content: serde_json::to_value(&result.content).unwrap_or(Value::Null),
             is_error: result.is_error == Some(true),
         })
+    }
+}
+
+/// What a stdio server's stderr says lately, and how it ended if it has.
+fn last_words(child: &rye_process::Attached) -> String {
+    let (tail, _) = child.stderr_tail();
+    match child.exit() {
+        Some(exit) => format!("{tail}\n(the server {exit})"),
+        None => tail,
     }
 }
 

@@ -222,10 +222,8 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
     if root.id == MCP_PRIMITIVE {
         let mut call = crate::mcp::plan(root, &config, &vars, &parameters)?;
         for (step, detail) in notes {
-            call.notes.push(rye_guest::adapter::TraceNote {
-                step,
-                detail: detail.to_string(),
-            });
+            call.notes
+                .push(rye_guest::adapter::TraceNote::new(step, detail));
         }
         return Ok(call.into());
     }

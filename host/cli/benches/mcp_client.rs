@@ -1,0 +1,211 @@
+//! `cargo bench -p rye --bench mcp_client`: a tool on another MCP server
+//! called through Rye's pooled session, side by side with the same call
+//! from a direct client, in one run.
+//!
+//! The server is the FastMCP notes server (`tests/mcp-servers/`) over
+//! stdio, on the Python of `RYE_TEST_MCP_PYTHON` (else the tests' virtual
+//! environment). The client is the Rust SDK's.
+//!
+//! 1. The server's own start: spawn to the `initialize` answer, 10 times.
+//! 2. Through Rye: `rye serve` for a project whose `mcp/notes/*` items
+//!    `rye mcp add` and `discover` made; the first `execute` of
+//!    `mcp/notes/echo` (cold: Rye starts the server) is timed once.
+//! 3. Warm calls, alternating: `echo` on the direct session, `execute` of
+//!    `mcp/notes/echo` through Rye; 50 rounds of warm-up, then 500.
+//! 4. 1,000 sequential pooled calls through Rye, in all.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt, service::RunningService};
+use serde_json::{Value, json};
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn p90(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() * 9 / 10]
+}
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+fn python() -> PathBuf {
+    std::env::var_os("RYE_TEST_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv/bin/python"))
+}
+
+fn script() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/mcp-servers/notes_server.py")
+        .display()
+        .to_string()
+}
+
+struct Places {
+    home: tempfile::TempDir,
+    cache: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Places {
+    fn rye(&self, args: &[&str]) {
+        let out = self
+            .command(env!("CARGO_BIN_EXE_rye"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rye {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .current_dir(self.project.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("RYE_CACHE_DIR", self.cache.path())
+            .env("RYE_CACHE_KEY", self.cache.path().with_extension("key"))
+            .env("RYE_LOG", "error");
+        command
+    }
+}
+
+async fn direct() -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new(python());
+    command.arg(script()).env_clear();
+    ().serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap()
+}
+
+fn main() {
+    let places = Places {
+        home: tempfile::tempdir().unwrap(),
+        cache: tempfile::tempdir().unwrap(),
+        project: tempfile::tempdir().unwrap(),
+    };
+    let python = python().display().to_string();
+    places.rye(&["keys", "generate"]);
+    places.rye(&["keys", "trust"]);
+    places.rye(&["mcp", "add", "notes", "--stdio", &python, &script()]);
+    places.rye(&["mcp", "discover", "notes"]);
+    let project_path = places.project.path().display().to_string();
+    let echo = |text: &str| json!({"item_type": "tool", "item_id": "mcp/notes/echo", "project_path": project_path, "parameters": {"text": text}});
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut starts = Vec::new();
+        for _ in 0..10 {
+            let started = Instant::now();
+            let server = direct().await;
+            starts.push(started.elapsed());
+            server.cancel().await.unwrap();
+        }
+
+        let command = places.command(env!("CARGO_BIN_EXE_rye"));
+        let mut command = tokio::process::Command::from(command);
+        command.arg("serve");
+        let rye = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+        // The components warm, no MCP session yet: a search first.
+        rye.call_tool(call(
+            "search",
+            json!({"scope": "tool", "query": "notes", "project_path": project_path}),
+        ))
+        .await
+        .unwrap();
+        let started = Instant::now();
+        let first = rye.call_tool(call("execute", echo("cold"))).await.unwrap();
+        let cold = started.elapsed();
+        let text = serde_json::to_string(&first.content).unwrap();
+        assert!(text.contains("cold") && text.contains("success"), "{text}");
+
+        let server = direct().await;
+        let (mut direct_calls, mut pooled) = (Vec::new(), Vec::new());
+        for round in 0..550 {
+            let started = Instant::now();
+            server
+                .call_tool(call("echo", json!({"text": "hi"})))
+                .await
+                .unwrap();
+            let direct_time = started.elapsed();
+            let started = Instant::now();
+            let answer = rye.call_tool(call("execute", echo("hi"))).await.unwrap();
+            let pooled_time = started.elapsed();
+            assert_ne!(answer.is_error, Some(true));
+            if round >= 50 {
+                direct_calls.push(direct_time);
+                pooled.push(pooled_time);
+            }
+        }
+        let started = Instant::now();
+        let mut last = None;
+        for _ in 0..1000 {
+            last = Some(rye.call_tool(call("execute", echo("hi"))).await.unwrap());
+        }
+        let thousand = started.elapsed();
+        // Where a warm call's time goes, as the host counts it.
+        let last = last.unwrap();
+        let result: Value = last
+            .structured_content
+            .clone()
+            .or_else(|| {
+                let text = serde_json::to_value(&last.content).ok()?;
+                serde_json::from_str(text[0]["text"].as_str()?).ok()
+            })
+            .unwrap_or(Value::Null);
+        let metadata = &result["metadata"];
+
+        let row = |what: &str, times: &[Duration]| {
+            println!(
+                "{what:<62} median {:>9.2?}  p90 {:>9.2?}",
+                median(times.to_vec()),
+                p90(times.to_vec())
+            );
+        };
+        row(
+            "the notes server's own start (spawn to initialize)",
+            &starts,
+        );
+        println!(
+            "{:<62} {cold:>16.1?}",
+            "first execute through rye serve (cold: starts the server)"
+        );
+        row("warm echo, direct client", &direct_calls);
+        row("warm execute of mcp/notes/echo through rye serve", &pooled);
+        let added = median(pooled.clone()).saturating_sub(median(direct_calls.clone()));
+        println!("{:<62} {added:>16.2?}", "added by Rye at the median");
+        println!("{:<62} {thousand:>16.1?}", "1,000 sequential pooled calls");
+        println!(
+            "last call's stages (µs): chain {} validate {} plan {} call {} whole {} ms",
+            metadata["chain_us"],
+            metadata["validate_us"],
+            metadata["plan_us"],
+            metadata["process_us"],
+            metadata["duration_ms"]
+        );
+        rye.cancel().await.unwrap();
+        server.cancel().await.unwrap();
+    });
+}
