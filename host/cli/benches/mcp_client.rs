@@ -13,6 +13,12 @@
 //! 3. Warm calls, alternating: `echo` on the direct session, `execute` of
 //!    `mcp/notes/echo` through Rye; 50 rounds of warm-up, then 500.
 //! 4. 1,000 sequential pooled calls through Rye, in all.
+//! 5. Hostile servers through the same `rye serve`: one that never answers
+//!    `initialize`, one that writes 200 MB to stdout with no line end, one
+//!    that writes 1 GB to stderr (each with a 1 s start deadline), and a
+//!    call whose server exits mid-call; each error's time past its
+//!    deadline, `rye serve`'s peak memory before and after, and a healthy
+//!    call after them.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -60,6 +66,30 @@ struct Places {
 }
 
 impl Places {
+    fn write(&self, relative: &str, text: &str) {
+        let path = self.project.path().join(".ai/tools").join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// A server item running `script` with `sh`, and a tool item on it.
+    fn hostile(&self, name: &str, script: &str) {
+        self.write(
+            &format!("mcp/servers/{name}.yaml"),
+            &format!(
+                "version: '1.0.0'\ntool_type: mcp_server\nexecutor_id: null\ndescription: Hostile.\nconfig:\n  command: /bin/sh\n  args: ['-c', {script:?}]\n  timeout: 1\n"
+            ),
+        );
+        self.write(
+            &format!("mcp/{name}/x.yaml"),
+            &format!(
+                "version: '1.0.0'\ntool_type: mcp\nexecutor_id: rye/core/runtimes/mcp/stdio\ndescription: Hostile.\nconfig:\n  server: mcp/servers/{name}\n  tool_name: x\ndefinition_hash: '0'\n"
+            ),
+        );
+        self.rye(&["sign", "tool", &format!("mcp/servers/{name}")]);
+        self.rye(&["sign", "tool", &format!("mcp/{name}/x")]);
+    }
+
     fn rye(&self, args: &[&str]) {
         let out = self
             .command(env!("CARGO_BIN_EXE_rye"))
@@ -107,6 +137,15 @@ fn main() {
     places.rye(&["keys", "trust"]);
     places.rye(&["mcp", "add", "notes", "--stdio", &python, &script()]);
     places.rye(&["mcp", "discover", "notes"]);
+    places.hostile("silent", "sleep 300");
+    places.hostile(
+        "flood",
+        "head -c 200000000 /dev/zero | tr '\\0' x; sleep 300",
+    );
+    places.hostile(
+        "loud",
+        "head -c 1000000000 /dev/zero | tr '\\0' e >&2; sleep 300",
+    );
     let project_path = places.project.path().display().to_string();
     let echo = |text: &str| json!({"item_type": "tool", "item_id": "mcp/notes/echo", "project_path": project_path, "parameters": {"text": text}});
 
@@ -127,7 +166,9 @@ fn main() {
         let command = places.command(env!("CARGO_BIN_EXE_rye"));
         let mut command = tokio::process::Command::from(command);
         command.arg("serve");
-        let rye = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+        let transport = TokioChildProcess::new(command).unwrap();
+        let pid = transport.id().unwrap();
+        let rye = ().serve(transport).await.unwrap();
         // The components warm, no MCP session yet: a search first.
         rye.call_tool(call(
             "search",
@@ -204,6 +245,50 @@ fn main() {
             metadata["plan_us"],
             metadata["process_us"],
             metadata["duration_ms"]
+        );
+
+        let peak = || {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().to_owned();
+            line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+        };
+        let before = peak();
+        let hostile = |id: &'static str, params: Value| {
+            let call = call(
+                "execute",
+                json!({"item_type": "tool", "item_id": id, "project_path": project_path, "parameters": params}),
+            );
+            let rye = &rye;
+            async move {
+                let started = Instant::now();
+                let answer = rye.call_tool(call).await.unwrap();
+                let text = serde_json::to_string(&answer.content).unwrap();
+                (started.elapsed(), text)
+            }
+        };
+        for (id, what) in [
+            ("mcp/silent/x", "never answers initialize"),
+            ("mcp/flood/x", "200 MB on stdout, no line end"),
+            ("mcp/loud/x", "1 GB on stderr"),
+        ] {
+            let (took, text) = hostile(id, json!({})).await;
+            assert!(text.contains("within 1 s"), "{text}");
+            println!(
+                "{:<62} {:>16.1?}",
+                format!("{what}: error after the 1 s deadline by"),
+                took.saturating_sub(Duration::from_secs(1))
+            );
+        }
+        let (took, text) = hostile("mcp/notes/crash", json!({})).await;
+        assert!(text.contains("crashing now"), "{text}");
+        println!("{:<62} {took:>16.1?}", "server exits mid-call: error after");
+        let healthy = rye.call_tool(call("execute", echo("after"))).await.unwrap();
+        assert!(serde_json::to_string(&healthy.content).unwrap().contains("after"));
+        println!(
+            "{:<62} {:>10} MiB -> {} MiB",
+            "rye serve peak memory (VmHWM) before and after the hostile servers",
+            before,
+            peak()
         );
         rye.cancel().await.unwrap();
         server.cancel().await.unwrap();

@@ -410,6 +410,17 @@ Host: evil"}),
             (Some(5000), Some(60_000))
         );
 
+        let mut plain = chain.clone();
+        plain[1] = element("rt", "/rt.yaml", json!({"config": {"timeout": 60}}));
+        let Planned::Mcp(call) = plan::plan(&input(plain, json!({})), &Fake::default()).unwrap()
+        else {
+            panic!("not a call")
+        };
+        assert_eq!(
+            call.startup_timeout_ms, None,
+            "the server item's timeout decides"
+        );
+
         let mut nameless = chain;
         nameless[0] = element(
             "mcp/notes/add",

@@ -5,7 +5,7 @@
 //! | `server` | required: the server item's id (`mcp/servers/<name>`) |
 //! | `tool_name` | required: the tool's name on the server |
 //! | `timeout` | seconds for the call, default 60 |
-//! | `startup_timeout` | seconds to start the server and `initialize`, default 30 |
+//! | `startup_timeout` | seconds to start the server and `initialize`; else the server item's `timeout` |
 //!
 //! The caller's parameters are the call's arguments, exactly as sent. The
 //! host resolves and verifies the server item and reaches the server; the
@@ -19,8 +19,6 @@ use crate::template::{Vars, lone_placeholder};
 
 /// Seconds a call may take when no element says.
 const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
-/// Seconds to start a server when no element says.
-const DEFAULT_STARTUP_SECS: f64 = 30.0;
 
 /// Plans the call; `root` is the primitive element, named in errors.
 pub fn plan(
@@ -41,19 +39,20 @@ pub fn plan(
     let server = text("server")?;
     let tool_name = text("tool_name")?;
     let timeout = timeout_secs(root, config, vars, DEFAULT_TIMEOUT_SECS)?;
+    // Unless the chain says, the server item's own `timeout` decides.
     let startup = match config.get("startup_timeout") {
-        None => DEFAULT_STARTUP_SECS,
-        Some(_) => {
+        None => None,
+        Some(value) => {
             let mut only = Map::new();
-            only.insert("timeout".into(), config["startup_timeout"].clone());
-            timeout_secs(root, &only, vars, DEFAULT_STARTUP_SECS)?
+            only.insert("timeout".into(), value.clone());
+            Some(timeout_secs(root, &only, vars, DEFAULT_TIMEOUT_SECS)?)
         }
     };
     Ok(McpPlan {
         server,
         tool_name,
         arguments: Value::Object(parameters.clone()).to_string(),
-        startup_timeout_ms: Some((startup * 1000.0).round() as u64),
+        startup_timeout_ms: startup.map(|secs| (secs * 1000.0).round() as u64),
         timeout_ms: Some((timeout * 1000.0).round() as u64),
         notes: Vec::new(),
     })
