@@ -83,9 +83,11 @@ impl Places {
         self.write(
             &format!("mcp/{name}/x.yaml"),
             &format!(
-                "version: '1.0.0'\ntool_type: mcp\nexecutor_id: rye/core/runtimes/mcp/stdio\ndescription: Hostile.\nconfig:\n  server: mcp/servers/{name}\n  tool_name: x\ndefinition_hash: '0'\n"
+                "version: '1.0.0'\ntool_type: mcp\nexecutor_id: rye/core/runtimes/mcp/stdio\ndescription: Hostile.\nconfig:\n  server: mcp/servers/{name}\n  tool_name: x\ndefinition_hash: '{}'\n",
+                "0".repeat(64)
             ),
         );
+        // The pin is never read: the server fails before its tools are.
         self.rye(&["sign", "tool", &format!("mcp/servers/{name}")]);
         self.rye(&["sign", "tool", &format!("mcp/{name}/x")]);
     }

@@ -170,8 +170,11 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
     if let Some((key, schema)) = first(document, &["CONFIG_SCHEMA", "config_schema"]) {
         schema_findings(key, schema, report);
     }
-    if tool_type == Some("runtime") {
-        crate::runtime::check(document, report);
+    match tool_type {
+        Some("runtime") => crate::runtime::check(document, report),
+        Some("mcp_server") => crate::mcp::server(document, report),
+        Some("mcp") => crate::mcp::tool(document, report),
+        _ => {}
     }
 }
 
@@ -517,6 +520,93 @@ mod tests {
             found
                 .iter()
                 .any(|(s, r)| s == "Warning" && r == "rye/tool/description")
+        );
+    }
+
+    #[test]
+    fn mcp_server_and_tool_items() {
+        let base = |config: Value| {
+            json!({"version": "1.0.0", "tool_type": "mcp_server", "executor_id": null,
+                   "category": "mcp/servers", "description": "A server.", "config": config})
+        };
+        let rules = |document: Value| run(ItemKind::Tool, "mcp/servers/notes", "", document);
+        assert!(
+            rules(base(
+                json!({"command": "python", "args": ["s.py"], "env": {"PATH": "${PATH}"}})
+            ))
+            .is_empty()
+        );
+        assert!(rules(base(json!({"transport": "http", "url": "https://x.test/mcp", "bearer_token_env": "TOKEN"}))).is_empty());
+        for (config, severity) in [
+            (json!({"args": []}), "Error"),
+            (json!({"transport": "carrier-pigeon"}), "Error"),
+            (json!({"transport": "http", "url": "ftp://x"}), "Error"),
+            (
+                json!({"transport": "http", "url": "https://x.test", "bearer_token_env": "lower"}),
+                "Error",
+            ),
+            (json!({"command": "x", "env": {"A": ["list"]}}), "Error"),
+            (json!({"command": "x", "timeout": 0}), "Error"),
+            (
+                json!({"transport": "http", "url": "https://x.test", "headers": {"Authorization": "Bearer s3cret"}}),
+                "Warning",
+            ),
+        ] {
+            let found = rules(base(config.clone()));
+            assert!(
+                found.contains(&(severity.to_owned(), "rye/mcp/server".to_owned())),
+                "{config}: {found:?}"
+            );
+        }
+
+        let tool = |extra: Value| {
+            let mut document = json!({"version": "1.0.0", "tool_type": "mcp", "category": "mcp/notes",
+                "executor_id": "rye/core/runtimes/mcp/stdio", "description": "Add.",
+                "config": {"server": "mcp/servers/notes", "tool_name": "add"},
+                "input_schema": {"type": "object"}, "definition_hash": "a".repeat(64)});
+            for (k, v) in extra.as_object().unwrap() {
+                document[k] = v.clone();
+            }
+            run(ItemKind::Tool, "mcp/notes/add", "", document)
+        };
+        assert!(tool(json!({})).is_empty(), "{:?}", tool(json!({})));
+        assert!(
+            tool(json!({"definition_hash": "xyz"}))
+                .contains(&("Error".into(), "rye/mcp/tool".into()))
+        );
+        assert!(
+            tool(json!({"config": {"server": "mcp/servers/notes"}}))
+                .contains(&("Error".into(), "rye/mcp/tool".into()))
+        );
+        assert!(
+            tool(json!({"input_schema": "text"}))
+                .contains(&("Error".into(), "rye/mcp/tool".into()))
+        );
+    }
+
+    #[test]
+    fn runtimes_of_the_http_and_mcp_primitives_have_their_own_config_keys() {
+        let runtime = |executor: &str, config: Value| {
+            run(
+                ItemKind::Tool,
+                "demo/rt",
+                "",
+                json!({"version": "1.0.0", "tool_type": "runtime",
+                "executor_id": executor, "category": "demo", "description": "A runtime.", "config": config}),
+            )
+        };
+        let http = json!({"method": "GET", "timeout": 30, "max_response_bytes": 10, "allow_private_addresses": ["127.0.0.1"]});
+        assert!(runtime("rye/core/primitives/http_client", http.clone()).is_empty());
+        assert!(
+            !runtime("rye/core/primitives/execute", http).is_empty(),
+            "not process keys"
+        );
+        assert!(
+            runtime(
+                "rye/core/primitives/mcp_client",
+                json!({"timeout": 60, "startup_timeout": 5})
+            )
+            .is_empty()
         );
     }
 

@@ -11,6 +11,7 @@
 mod chain;
 mod instance;
 mod items;
+mod mcp;
 mod regex;
 mod report;
 mod runtime;

@@ -45,6 +45,28 @@ const CONFIG_KEYS: &[(&str, Kind)] = &[
     ("timeout", Kind::Number),
 ];
 
+/// The config of a runtime whose executor is the HTTP primitive.
+const HTTP_CONFIG_KEYS: &[(&str, Kind)] = &[
+    ("method", Kind::String),
+    ("url", Kind::String),
+    ("headers", Kind::Any),
+    ("body", Kind::Any),
+    ("auth", Kind::Mapping),
+    ("timeout", Kind::Any),
+    ("max_response_bytes", Kind::Any),
+    ("max_redirects", Kind::Any),
+    ("retry", Kind::Mapping),
+    ("allow_private_addresses", Kind::Any),
+];
+
+/// The config of a runtime whose executor is the MCP primitive.
+const MCP_CONFIG_KEYS: &[(&str, Kind)] = &[
+    ("server", Kind::String),
+    ("tool_name", Kind::String),
+    ("timeout", Kind::Number),
+    ("startup_timeout", Kind::Number),
+];
+
 const INTERPRETER_KEYS: &[(&str, Kind)] = &[
     ("type", Kind::String),
     ("binary", Kind::String),
@@ -148,7 +170,12 @@ pub(crate) fn check(document: &Map<String, Value>, report: &mut Report) {
     }
     keys(document, KEYS, "", report);
     if let Some(Value::Object(config)) = document.get("config") {
-        keys(config, CONFIG_KEYS, "config.", report);
+        let known = match document.get("executor_id").and_then(Value::as_str) {
+            Some("rye/core/primitives/http_client") => HTTP_CONFIG_KEYS,
+            Some("rye/core/primitives/mcp_client") => MCP_CONFIG_KEYS,
+            _ => CONFIG_KEYS,
+        };
+        keys(config, known, "config.", report);
     } else if !document.contains_key("adapter") {
         report.error(
             RULE,
