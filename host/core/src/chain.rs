@@ -114,7 +114,7 @@ fn canonical(id: &str) -> &str {
 }
 
 /// The spaces an element of `space` may name executors in.
-fn reachable(space: Space) -> &'static [Space] {
+pub(crate) fn reachable(space: Space) -> &'static [Space] {
     match space {
         Space::Project => &[Space::Project, Space::User, Space::System],
         Space::User => &[Space::User, Space::System],

@@ -36,7 +36,7 @@ use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
-use crate::chain_rules::{HTTP_PRIMITIVE, MCP_PRIMITIVE};
+use crate::chain_rules::{EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE};
 use crate::lockfile::LockState;
 use crate::reply::{
     DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
@@ -299,21 +299,12 @@ impl Rye {
                 path: path.clone(),
                 failure: failure.to_string(),
             })?;
-        let (planned_kind, fits) = match &planned.action {
-            PlannedAction::Process(_) => ("a process", false),
-            PlannedAction::Http(_) => (
-                "an HTTP request",
-                chain.primitive().item_id == HTTP_PRIMITIVE,
-            ),
-            PlannedAction::Mcp(_) => (
-                "an MCP tool call",
-                chain.primitive().item_id == MCP_PRIMITIVE,
-            ),
+        let (planned_kind, primitive) = match &planned.action {
+            PlannedAction::Process(_) => ("a process", EXECUTE_PRIMITIVE),
+            PlannedAction::Http(_) => ("an HTTP request", HTTP_PRIMITIVE),
+            PlannedAction::Mcp(_) => ("an MCP tool call", MCP_PRIMITIVE),
         };
-        let process_chain =
-            ![HTTP_PRIMITIVE, MCP_PRIMITIVE].contains(&chain.primitive().item_id.as_str());
-        let fits = fits || (process_chain && matches!(planned.action, PlannedAction::Process(_)));
-        if !fits {
+        if chain.primitive().item_id != primitive {
             return Err(HostError::AdapterFailed {
                 path,
                 failure: format!(

@@ -64,11 +64,7 @@ impl Rye {
         tool_space: Space,
         id: &str,
     ) -> Result<Server, String> {
-        let reachable: &[Space] = match tool_space {
-            Space::Project => &[Space::Project, Space::User, Space::System],
-            Space::User => &[Space::User, Space::System],
-            Space::System => &[Space::System],
-        };
+        let reachable = crate::chain::reachable(tool_space);
         let mut found = None;
         for space in reachable {
             let request = LoadRequest {
