@@ -1,6 +1,7 @@
 //! Tools on other MCP servers through the real binary: `rye mcp add`,
 //! `discover`, `execute`, against a FastMCP server over stdio and
-//! streamable HTTP and against `rye serve` itself.
+//! streamable HTTP, the reference server `server-everything` over stdio,
+//! and `rye serve` itself.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -180,6 +181,82 @@ fn a_fastmcp_server_over_stdio_through_signed_items() {
     assert!(removed.contains("notes.yaml"), "{removed}");
     assert!(!env.item("mcp/notes").exists());
     assert!(env.ok(&["mcp", "list"]).contains("no MCP servers"));
+}
+
+#[test]
+fn the_reference_server_everything_over_stdio() {
+    let Some(script) = common::server_everything() else {
+        return;
+    };
+    let env = Env::new();
+    let script = script.display().to_string();
+    env.ok(&[
+        "mcp",
+        "add",
+        "everything",
+        "--stdio",
+        "node",
+        &script,
+        "stdio",
+    ]);
+    let found = env.ok(&["--json", "mcp", "discover", "everything"]);
+    let found: Value = serde_json::from_str(&found).unwrap();
+    for tool in [
+        "echo",
+        "get-sum",
+        "get-structured-content",
+        "get-env",
+        "get-tiny-image",
+    ] {
+        assert!(
+            found["added"].as_array().unwrap().contains(&json!(tool)),
+            "{found:#}"
+        );
+    }
+    env.ok(&["validate", "--require-signed"]);
+    let hits = env.ok(&["--json", "search", "tool", "sum of two numbers"]);
+    assert!(hits.contains("mcp/everything/get-sum"), "{hits}");
+
+    let echo = env.execute("mcp/everything/echo", json!({"message": "hello"}));
+    assert_eq!(echo["data"]["text"], "Echo: hello", "{echo:#}");
+    let sum = env.execute("mcp/everything/get-sum", json!({"a": 2, "b": 40}));
+    assert!(
+        sum["data"]["text"].as_str().unwrap().contains("42"),
+        "{sum:#}"
+    );
+    // Structured content is the data as the server gave it.
+    let weather = env.execute(
+        "mcp/everything/get-structured-content",
+        json!({"location": "New York"}),
+    );
+    assert_eq!(weather["status"], "success", "{weather:#}");
+    assert!(weather["data"]["temperature"].is_number(), "{weather:#}");
+    // Content that is not text is kept, not dropped.
+    let image = env.execute("mcp/everything/get-tiny-image", json!({}));
+    let content = image["data"]["content"].as_array().unwrap();
+    assert!(
+        content
+            .iter()
+            .any(|c| c["type"] == "image" && c["mimeType"] == "image/png"),
+        "{image:#}"
+    );
+    // The server's own argument check is an error with its message.
+    let bad = env.execute("mcp/everything/get-sum", json!({"a": "two"}));
+    assert_eq!(bad["status"], "error", "{bad:#}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("expected number"),
+        "{bad:#}"
+    );
+    // What the server sees of the environment is what its item declares.
+    let seen = env.execute("mcp/everything/get-env", json!({}));
+    let mut names: Vec<&str> = seen["data"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{seen:#}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["HOME", "PATH"], "{seen:#}");
 }
 
 #[test]

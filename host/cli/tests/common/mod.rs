@@ -51,6 +51,46 @@ pub fn test_python() -> Option<PathBuf> {
     Some(python)
 }
 
+/// The reference MCP server the tests call as an outside server, pinned.
+pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// The entry script of [`SERVER_EVERYTHING`]: `RYE_TEST_SERVER_EVERYTHING`
+/// (`.ci/run` sets it), else installed with npm under the target folder on
+/// first use. `None` when there is no Node and npm, which fails under CI.
+pub fn server_everything() -> Option<PathBuf> {
+    if let Some(script) = std::env::var_os("RYE_TEST_SERVER_EVERYTHING") {
+        return Some(PathBuf::from(script));
+    }
+    let has = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has("node") || !has("npm") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "Node and npm are needed for the server-everything tests"
+        );
+        return None;
+    }
+    let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-npm");
+    let script = prefix.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !script.exists() {
+        let installed = Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(SERVER_EVERYTHING)
+            .status()
+            .unwrap();
+        assert!(
+            installed.success(),
+            "npm install {SERVER_EVERYTHING} failed"
+        );
+    }
+    Some(script)
+}
+
 /// The component cache the tests of one run share (it is keyed by
 /// content, so sharing it only saves compiling).
 pub fn shared_cache() -> PathBuf {
