@@ -1110,6 +1110,78 @@ fn validate_reports_each_problem_with_file_and_line_and_exits_by_severity() {
     );
 }
 
+/// The system space's tools and runtimes, copied into a project and
+/// signed, validate clean (a runtime is checked as far as it goes, its
+/// tools giving the rest); MCP server and tool items are held to their
+/// rules.
+#[test]
+fn validate_passes_the_system_tools_and_holds_mcp_items_to_their_rules() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let system = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ai/tools");
+    let mut stack = vec![system.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let relative = path.strip_prefix(&system).unwrap().display();
+                env.write(
+                    &format!(".ai/tools/{relative}"),
+                    &std::fs::read_to_string(&path).unwrap(),
+                );
+            }
+        }
+    }
+    env.ok(&["sign", "--all"]);
+    let report = env.ok(&["validate", "--require-signed"]);
+    assert!(report.contains(": 0 errors, 0 warnings"), "{report}");
+
+    env.write(
+        ".ai/tools/mcp/servers/pigeon.yaml",
+        "tool_type: mcp_server\nversion: \"1.0.0\"\nconfig:\n  transport: carrier-pigeon\n",
+    );
+    env.write(
+        ".ai/tools/mcp/servers/leaky.yaml",
+        "tool_type: mcp_server\nversion: \"1.0.0\"\nconfig:\n  transport: http\n  url: https://mcp.test/mcp\n  headers: {Authorization: Bearer sk-live-123}\n",
+    );
+    env.write(
+        ".ai/tools/mcp/pigeon/coo.yaml",
+        "tool_type: mcp\nversion: \"1.0.0\"\nexecutor_id: rye/core/runtimes/mcp/stdio\nconfig:\n  server: ../../etc/passwd\n  tool_name: coo\ndefinition_hash: abc\n",
+    );
+    // Signing refuses them; validation says why.
+    let refused = env.rye(&["sign", "tool", "mcp/servers/pigeon"]);
+    assert!(!refused.status.success());
+    let out = env.rye(&["validate", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = |rule: &str, severity: &str, needle: &str| {
+        report["findings"].as_array().unwrap().iter().any(|f| {
+            f["rule"] == rule
+                && f["severity"] == severity
+                && f["message"].as_str().unwrap().contains(needle)
+        })
+    };
+    assert!(
+        said("rye/mcp/server", "error", "carrier-pigeon"),
+        "{report:#}"
+    );
+    assert!(
+        said("rye/mcp/server", "warning", "credential"),
+        "{report:#}"
+    );
+    assert!(
+        said("rye/mcp/tool", "warning", "not under mcp/servers/"),
+        "{report:#}"
+    );
+    assert!(
+        said("rye/mcp/tool", "error", "definition_hash"),
+        "{report:#}"
+    );
+}
+
 /// A signed anchored package validates clean: the helper modules its
 /// runtime's `verify_deps` checks are dependencies, verified by signature,
 /// not tools whose chain is broken; the same helper outside any anchor is

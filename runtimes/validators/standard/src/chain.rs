@@ -40,8 +40,10 @@ pub(crate) fn check(links: &[ChainLink], found: &mut Vec<Diagnostic>) {
         );
     }
     // Whatever the primitive requires must come from the elements above
-    // it, unless an adapter plans the process instead.
-    if links.len() > 1 && !metadata.iter().any(|m| m.contains_key("adapter")) {
+    // it, unless an adapter plans the process instead. A chain that starts
+    // at a runtime is checked as far as it goes: its tools give the rest.
+    let from_runtime = metadata[0].get("tool_type").and_then(Value::as_str) == Some("runtime");
+    if links.len() > 1 && !from_runtime && !metadata.iter().any(|m| m.contains_key("adapter")) {
         let required: Vec<&str> = last_meta
             .get("config_schema")
             .and_then(|s| s.get("required"))
