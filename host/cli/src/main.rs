@@ -319,6 +319,100 @@ enum McpAction {
         #[arg(long, default_value = "project")]
         space: Space,
     },
+    /// Any of the above as one JSON request on stdin, answered in JSON:
+    /// {"action": "add", "name": …, "stdio": [COMMAND, ARG…] | "http": URL,
+    /// "headers": {…}, "env": {…}, "bearer_token_env", "space", "force"},
+    /// or "discover", "refresh", "list", "remove" with what they take. The
+    /// system tool rye/mcp/manager runs this.
+    Manage,
+}
+
+/// The request `rye mcp manage` reads.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManageRequest {
+    action: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    stdio: Vec<String>,
+    #[serde(default)]
+    http: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    bearer_token_env: Option<String>,
+    #[serde(default)]
+    space: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+/// The most `rye mcp manage` reads from stdin.
+const MANAGE_REQUEST_BYTES: u64 = 1 << 20;
+
+impl ManageRequest {
+    fn read(input: impl std::io::Read) -> anyhow::Result<McpAction> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        input
+            .take(MANAGE_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .context("reading the request on stdin")?;
+        anyhow::ensure!(
+            text.len() as u64 <= MANAGE_REQUEST_BYTES,
+            "the request on stdin is over {MANAGE_REQUEST_BYTES} bytes"
+        );
+        let request: Self =
+            serde_json::from_str(&text).context("the request on stdin is not a valid request")?;
+        request.action()
+    }
+
+    fn action(self) -> anyhow::Result<McpAction> {
+        let name = || {
+            self.name
+                .clone()
+                .with_context(|| format!("{:?} needs a \"name\"", self.action))
+        };
+        let space = match self.space.as_deref() {
+            None | Some("project") => Space::Project,
+            Some("user") => Space::User,
+            Some(other) => anyhow::bail!("\"space\" is project or user, not {other:?}"),
+        };
+        let pairs = |map: &std::collections::BTreeMap<String, String>| {
+            map.iter().map(|(k, v)| format!("{k}={v}")).collect()
+        };
+        Ok(match self.action.as_str() {
+            "add" => {
+                anyhow::ensure!(
+                    self.http.is_some() == self.stdio.is_empty(),
+                    "\"add\" takes either \"stdio\" (the command and its arguments) or \"http\" (a URL)"
+                );
+                McpAction::Add {
+                    name: name()?,
+                    http: self.http.clone(),
+                    headers: pairs(&self.headers),
+                    bearer_token_env: self.bearer_token_env.clone(),
+                    env: pairs(&self.env),
+                    space,
+                    force: self.force,
+                    stdio: self.stdio.clone(),
+                }
+            }
+            "discover" => McpAction::Discover { name: name()? },
+            "refresh" => McpAction::Refresh { name: name()? },
+            "list" => McpAction::List,
+            "remove" => McpAction::Remove {
+                name: name()?,
+                space,
+            },
+            other => {
+                anyhow::bail!("\"action\" is add, discover, refresh, list or remove, not {other:?}")
+            }
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -446,6 +540,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .trusted_keys
             .push((key, owner.unwrap_or_else(|| "given".into())));
     }
+    config.executable = std::env::current_exe().ok();
     let key_dir = config.key_dir();
     let rye = Rye::new(config).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
@@ -994,6 +1089,10 @@ fn mcp(
             }
             drop(runtime);
             rye_host::runs::settle(std::time::Duration::from_secs(2));
+        }
+        McpAction::Manage => {
+            let action = ManageRequest::read(std::io::stdin().lock())?;
+            return mcp(rye, project, action, out, true);
         }
         McpAction::List => {
             let servers = rye.mcp_list(project);

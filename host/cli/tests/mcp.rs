@@ -708,3 +708,95 @@ fn protocol_versions_that_current_clients_send_are_accepted() {
         let _ = child.wait();
     }
 }
+
+/// An agent over MCP adds a server, discovers its tools and calls one, all
+/// through `execute` of the system tool `rye/mcp/manager`; the items it
+/// makes are signed with the user's key like those `rye mcp` writes.
+#[test]
+fn an_agent_manages_mcp_servers_over_mcp() {
+    let Some(python) = common::test_python() else {
+        return;
+    };
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/mcp-servers/notes_server.py")
+        .display()
+        .to_string();
+    runtime().block_on(async {
+        let client = env.client().await;
+        let manage = |parameters: Value| {
+            call(
+                "execute",
+                json!({"item_type": "tool", "item_id": "rye/mcp/manager", "project_path": env.project(), "parameters": parameters}),
+            )
+        };
+        let result = |answer: rmcp::model::CallToolResult| answer.structured_content.unwrap();
+
+        let added = result(
+            client
+                .call_tool(manage(json!({"action": "add", "name": "notes", "stdio": [python.display().to_string(), script]})))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(added["status"], "success", "{added:#}");
+        assert_eq!(added["data"]["server"], "mcp/servers/notes", "{added:#}");
+        let found = result(
+            client
+                .call_tool(manage(json!({"action": "discover", "name": "notes"})))
+                .await
+                .unwrap(),
+        );
+        assert!(
+            found["data"]["added"].as_array().unwrap().contains(&json!("add")),
+            "{found:#}"
+        );
+        let sum = result(
+            client
+                .call_tool(call(
+                    "execute",
+                    json!({"item_type": "tool", "item_id": "mcp/notes/add", "project_path": env.project(), "parameters": {"a": 40, "b": 2}}),
+                ))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(sum["data"], json!({"sum": 42}), "{sum:#}");
+        let listed = result(
+            client
+                .call_tool(manage(json!({"action": "list"})))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(listed["data"][0]["name"], "notes", "{listed:#}");
+
+        // Bad requests are errors that say what is wrong; nothing is written.
+        for (parameters, needle) in [
+            (json!({"action": "explode"}), "add, discover, refresh, list or remove"),
+            (json!({"action": "add", "name": "../escape", "http": "https://mcp.test/mcp"}), "not a server name"),
+            (json!({"action": "add", "name": "both", "http": "https://mcp.test/mcp", "stdio": ["sh"]}), "either"),
+            (json!({"action": "remove", "name": "never-added"}), "no server item"),
+            (json!({"action": "list", "colour": "red"}), "colour"),
+        ] {
+            let refused = result(client.call_tool(manage(parameters.clone())).await.unwrap());
+            assert_eq!(refused["status"], "error", "{parameters}: {refused:#}");
+            assert!(
+                refused["error"].as_str().unwrap().contains(needle),
+                "{needle} not in {refused:#}"
+            );
+        }
+        assert!(!env.project.path().join(".ai/tools/mcp/servers/both.yaml").exists());
+        assert!(!env.project.path().join(".ai/tools/escape.yaml").exists());
+
+        let removed = result(
+            client
+                .call_tool(manage(json!({"action": "remove", "name": "notes"})))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(removed["status"], "success", "{removed:#}");
+        assert!(!env.project.path().join(".ai/tools/mcp/notes").exists());
+        client.cancel().await.unwrap();
+    });
+    env.rye(&["validate", "--require-signed"]);
+}

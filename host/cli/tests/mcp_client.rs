@@ -359,3 +359,50 @@ fn rye_calls_rye() {
     );
     assert!(ran["data"].to_string().contains("from inside"), "{ran:#}");
 }
+
+/// A tool item whose server id comes from the caller cannot reach a file
+/// outside the spaces, by a path or by a link, nor use an item that is
+/// not a server item; each is a clear error and nothing starts.
+#[test]
+fn a_server_item_is_found_only_inside_the_spaces() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("started");
+    let server = format!(
+        "version: \"1.0.0\"\ntool_type: mcp_server\ncategory: mcp/servers\ndescription: x\nconfig:\n  transport: stdio\n  command: sh\n  args: [\"-c\", \"touch {}\"]\n",
+        marker.display()
+    );
+    let evil = outside.path().join("evil.yaml");
+    std::fs::write(&evil, &server).unwrap();
+    std::fs::create_dir_all(env.item("mcp/servers")).unwrap();
+    std::os::unix::fs::symlink(&evil, env.item("mcp/servers/evil.yaml")).unwrap();
+    std::fs::create_dir_all(env.item("mcp/probe")).unwrap();
+    std::fs::write(
+        env.item("mcp/probe/via.yaml"),
+        format!(
+            "version: \"1.0.0\"\ntool_type: mcp\nexecutor_id: rye/core/runtimes/mcp/stdio\ncategory: mcp/probe\ndescription: probe\nconfig:\n  server: \"{{target}}\"\n  tool_name: echo\ndefinition_hash: \"{}\"\n",
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    env.ok(&["sign", "tool", "mcp/probe/via"]);
+    let outside_id = format!("../../../..{}", evil.with_extension("").display());
+    for (target, needle) in [
+        ("mcp/servers/evil", "a symbolic link out of its space"),
+        (outside_id.as_str(), "'.' and '..' segments are not allowed"),
+        ("/etc/passwd", "it must be relative"),
+        ("mcp/probe/via", "is not a server item"),
+        (
+            "mcp/servers/absent",
+            "not found in the spaces a project tool may use",
+        ),
+    ] {
+        let refused = env.execute("mcp/probe/via", json!({"target": target}));
+        assert_eq!(refused["status"], "error", "{target}: {refused:#}");
+        assert!(
+            refused["error"].as_str().unwrap().contains(needle),
+            "{needle} not in {refused:#}"
+        );
+    }
+    assert!(!marker.exists(), "a server outside the spaces started");
+}

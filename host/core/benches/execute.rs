@@ -49,6 +49,7 @@ fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
         },
         trusted_keys: vec![(key.public().clone(), "bench".into())],
         signing_key_dir: None,
+        executable: None,
     })
     .unwrap()
 }

@@ -93,6 +93,7 @@ fn config(cache: &Path) -> RyeConfig {
         integrity: IntegrityPolicy::default(),
         trusted_keys: Vec::new(),
         signing_key_dir: None,
+        executable: None,
     }
 }
 

@@ -33,6 +33,11 @@ pub struct RyeConfig {
     /// Where the signing keypair is kept; `None` means
     /// `<user space>/.ai/config/keys/signing`.
     pub signing_key_dir: Option<PathBuf>,
+    /// The program that is this host. Shown to runtime adapters, and so to
+    /// the processes they plan, as `RYE_EXECUTABLE`, so a tool can ask the
+    /// host for what only the host does (the system tool `rye/mcp/manager`
+    /// runs `rye mcp manage`); `None` shows nothing.
+    pub executable: Option<PathBuf>,
 }
 
 impl RyeConfig {
@@ -91,6 +96,7 @@ impl RyeConfig {
             },
             trusted_keys: Vec::new(),
             signing_key_dir: var("RYE_SIGNING_KEY_DIR").map(expand_home(home.as_ref())),
+            executable: None,
         })
     }
 }

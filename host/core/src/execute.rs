@@ -49,6 +49,10 @@ use crate::{ChainSummary, ErrorReply, HostError, LoadRequest, Rye, Signed};
 /// The adapter used when no element of a chain names one.
 pub const STANDARD_ADAPTER: &str = "rye/standard";
 
+/// The variable that tells a runtime, and the process it plans, which
+/// program this host is (when the host knows: see `RyeConfig::executable`).
+pub const EXECUTABLE_VAR: &str = "RYE_EXECUTABLE";
+
 /// An execution.
 #[derive(Debug, Clone)]
 pub struct ExecuteRequest {
@@ -230,7 +234,12 @@ impl Rye {
             Ok(setting) => rye_gate::EnvPolicy::parse(&setting)?,
             Err(_) => rye_gate::EnvPolicy::default(),
         };
-        let exposed = policy.expose(std::env::vars());
+        let mut exposed = policy.expose(std::env::vars());
+        if let Some(executable) = &self.executable {
+            let value = executable.display().to_string();
+            exposed.visible.retain(|(name, _)| name != EXECUTABLE_VAR);
+            exposed.visible.push((EXECUTABLE_VAR.to_owned(), value));
+        }
         if !exposed.withheld.is_empty() {
             log.lock().expect("trace log lock").push(
                 Step::Environment {

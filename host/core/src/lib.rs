@@ -53,7 +53,7 @@ pub mod runs {
 }
 pub use config::IntegrityPolicy;
 pub use error::HostError;
-pub use execute::{ExecuteRequest, STANDARD_ADAPTER};
+pub use execute::{EXECUTABLE_VAR, ExecuteRequest, STANDARD_ADAPTER};
 pub use finding::Finding;
 pub use init::{InitKey, InitReport, SAMPLE_TOOL};
 pub use layout::{COMPONENT_FOLDERS, component_folder};

@@ -35,6 +35,8 @@ pub struct Rye {
     pub(crate) validations: Mutex<Generational<[u8; 32], Arc<Vec<crate::Finding>>>>,
     /// Warm sessions with MCP servers, shared by every call.
     pub(crate) mcp: rye_mcp_client::Pool,
+    /// This host's program, shown to adapters as `RYE_EXECUTABLE`.
+    pub(crate) executable: Option<PathBuf>,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
@@ -91,6 +93,7 @@ impl Rye {
             validator_info: Mutex::default(),
             validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
             mcp: rye_mcp_client::Pool::new(mcp_idle()),
+            executable: config.executable,
         })
     }
 

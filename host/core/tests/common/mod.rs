@@ -51,6 +51,7 @@ pub fn config(user: &Path, system: Option<&Path>) -> RyeConfig {
         integrity: IntegrityPolicy::default(),
         trusted_keys: vec![(test_key().public().clone(), "test".into())],
         signing_key_dir: None,
+        executable: None,
     }
 }
 
