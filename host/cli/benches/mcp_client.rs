@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ClientRequest};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt, service::RunningService};
 use serde_json::{Value, json};
@@ -202,6 +202,27 @@ fn main() {
                 pooled.push(pooled_time);
             }
         }
+        // The parts of the hop: the transport alone (a ping), and an
+        // execute that stops after the chain and its validation.
+        let (mut pings, mut dry_runs) = (Vec::new(), Vec::new());
+        let mut dry = echo("dry");
+        dry["dry_run"] = json!(true);
+        for _ in 0..500 {
+            let started = Instant::now();
+            rye.peer()
+                .send_request(ClientRequest::PingRequest(Default::default()))
+                .await
+                .unwrap();
+            pings.push(started.elapsed());
+            let started = Instant::now();
+            let Value::Object(arguments) = dry.clone() else {
+                unreachable!()
+            };
+            rye.call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+                .await
+                .unwrap();
+            dry_runs.push(started.elapsed());
+        }
         let started = Instant::now();
         let mut last = None;
         for _ in 0..1000 {
@@ -237,6 +258,8 @@ fn main() {
         );
         row("warm echo, direct client", &direct_calls);
         row("warm execute of mcp/notes/echo through rye serve", &pooled);
+        row("MCP ping to rye serve (the transport alone)", &pings);
+        row("execute dry_run of mcp/notes/echo (chain, validation, reply)", &dry_runs);
         let added = median(pooled.clone()).saturating_sub(median(direct_calls.clone()));
         println!("{:<62} {added:>16.2?}", "added by Rye at the median");
         println!("{:<62} {thousand:>16.1?}", "1,000 sequential pooled calls");

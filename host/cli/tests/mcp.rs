@@ -800,3 +800,68 @@ fn an_agent_manages_mcp_servers_over_mcp() {
     });
     env.rye(&["validate", "--require-signed"]);
 }
+
+/// Whatever stdin and stdout are — pipes (the tests above), one socket for
+/// both (as some launchers give), or plain files — `rye serve` answers
+/// and ends at the end of its input.
+#[test]
+fn serve_answers_over_a_socket_and_over_files() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    let env = Env::new();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ran = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "execute", "arguments": {"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": "echo answered"}}}});
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    env.configure(&mut command);
+    let mut child = command
+        .arg("serve")
+        .stdin(std::os::fd::OwnedFd::from(theirs.try_clone().unwrap()))
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(ours.try_clone().unwrap()).lines();
+    let mut writer = ours.try_clone().unwrap();
+    let mut send = |message: &Value| writeln!(writer, "{message}").unwrap();
+    send(&init);
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(answer["result"]["serverInfo"]["name"], "rye", "{answer}");
+    send(&initialized);
+    send(&ran);
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["data"]["stdout"], "answered\n",
+        "{answer}"
+    );
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rye serve outlived its input"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let output = dir.path().join("out.jsonl");
+    std::fs::write(&input, format!("{init}\n{initialized}\n{ping}\n")).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    env.configure(&mut command);
+    let status = command
+        .arg("serve")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::File::create(&output).unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let answers = std::fs::read_to_string(&output).unwrap();
+    assert!(
+        answers.lines().count() == 2 && answers.contains("\"id\":2"),
+        "{answers}"
+    );
+}

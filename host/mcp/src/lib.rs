@@ -88,8 +88,10 @@ impl RyeServer {
         let token = context.meta.get_progress_token();
         let run = self.rye.execute(&request);
         tokio::pin!(run);
-        let mut ticks = tokio::time::interval(PROGRESS_EVERY);
-        ticks.tick().await;
+        // The first tick a full period from now: an interval's immediate
+        // first tick still waits for the timer wheel (up to a millisecond).
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         loop {
             tokio::select! {
                 result = &mut run => return result,
@@ -322,12 +324,71 @@ pub(crate) fn sweep_mcp_sessions(rye: &Arc<Rye>) {
     });
 }
 
+type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// Stdin and stdout for the transport. When they are pipes or sockets (as
+/// an MCP client starts a server) the reactor waits on them itself;
+/// otherwise (a terminal, a file) tokio's stdin and stdout, which hand
+/// every read and write to a thread of the blocking pool, a wake-up each
+/// way on every message.
+fn stdio() -> (Reader, Writer) {
+    use std::os::fd::AsFd;
+    let read = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => match reactor_fd(fd) {
+            Some(Watched::Pipe(fd)) => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                .map_or_else(|_| Box::new(tokio::io::stdin()) as Reader, |p| Box::new(p)),
+            Some(Watched::Socket(socket)) => Box::new(socket),
+            None => Box::new(tokio::io::stdin()),
+        },
+        Err(_) => Box::new(tokio::io::stdin()),
+    };
+    let write = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => match reactor_fd(fd) {
+            Some(Watched::Pipe(fd)) => tokio::net::unix::pipe::Sender::from_owned_fd(fd)
+                .map_or_else(|_| Box::new(tokio::io::stdout()) as Writer, |p| Box::new(p)),
+            Some(Watched::Socket(socket)) => Box::new(socket),
+            None => Box::new(tokio::io::stdout()),
+        },
+        Err(_) => Box::new(tokio::io::stdout()),
+    };
+    (read, write)
+}
+
+enum Watched {
+    Pipe(std::os::fd::OwnedFd),
+    /// Whole, never split: a split stream shuts its write side down when
+    /// the unused half drops, and stdin and stdout may be one socket.
+    Socket(tokio::net::UnixStream),
+}
+
+/// What the reactor can wait on of `fd`: a pipe or a socket.
+fn reactor_fd(fd: std::os::fd::OwnedFd) -> Option<Watched> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::File::from(fd.try_clone().ok()?)
+        .metadata()
+        .ok()?
+        .file_type();
+    if kind.is_fifo() {
+        Some(Watched::Pipe(fd))
+    } else if kind.is_socket() {
+        let socket = std::os::unix::net::UnixStream::from(fd);
+        socket.set_nonblocking(true).ok()?;
+        tokio::net::UnixStream::from_std(socket)
+            .ok()
+            .map(Watched::Socket)
+    } else {
+        None
+    }
+}
+
 /// Serves MCP on stdin/stdout until the client closes the stream. A line
 /// that is no MCP message is answered with a JSON-RPC error, and the
 /// server goes on serving.
 pub async fn serve_stdio(server: RyeServer) -> anyhow::Result<()> {
     sweep_mcp_sessions(&server.rye);
-    let transport = LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let (read, write) = stdio();
+    let transport = LineTransport::new(read, write);
     let service = server.serve(transport).await?;
     service.waiting().await?;
     Ok(())
