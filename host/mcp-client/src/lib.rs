@@ -134,42 +134,10 @@ impl ToolDefinition {
     }
 }
 
-/// SHA-256 in hex of `value` as canonical JSON: object keys sorted by
-/// their UTF-8 bytes, no insignificant whitespace.
+/// SHA-256 in hex of `value` as canonical JSON (the store's: keys sorted,
+/// no spaces, ASCII only; see [`rye_cas::canonical`]).
 pub fn definition_hash(value: &Value) -> String {
-    let mut text = String::new();
-    canonical(value, &mut text);
-    hex::encode(Sha256::digest(text.as_bytes()))
-}
-
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+    hex::encode(Sha256::digest(rye_cas::canonical::to_vec(value)))
 }
 
 /// What a tool call gave.

@@ -1,0 +1,159 @@
+//! Where content lives: a key-to-bytes storage. Keys are the store's own
+//! (`blobs/ab/cd/<hash>`, `objects/ab/cd/<hash>.json`) and each is written
+//! only with the bytes its hash promises, so a storage needs no
+//! conditional writes and no locks.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes by key. A node implements it over an object store; here,
+/// [`LocalStorage`] keeps files.
+pub trait Storage: Send + Sync {
+    /// The bytes at `key`, or `None` when there are none.
+    fn get(&self, key: &str) -> impl Future<Output = io::Result<Option<Vec<u8>>>> + Send;
+
+    /// Makes `key` hold `bytes`, whole or not at all: a reader never sees
+    /// part of them. The storage may skip the write when it already holds
+    /// them.
+    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Whether `key` holds anything.
+    fn exists(&self, key: &str) -> impl Future<Output = io::Result<bool>> + Send;
+
+    /// Removes `key`; removing what is not there is not an error.
+    fn delete(&self, key: &str) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// Files under one folder (a project's `.ai/state/objects/`). A write goes
+/// to a temporary file beside its target and is renamed into place, so a
+/// crash leaves either the whole file or none; a file already there with
+/// the right length is kept (a write cut short by a crash leaves a shorter
+/// one, which the next write replaces, and every read checks the hash).
+/// The calls do their file work inline: content is small, and a caller
+/// with large blobs on a busy reactor moves the call to a blocking thread.
+#[derive(Debug, Clone)]
+pub struct LocalStorage {
+    root: PathBuf,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl LocalStorage {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file of `key`; keys are relative paths of plain segments.
+    fn path(&self, key: &str) -> io::Result<PathBuf> {
+        let plain = !key.is_empty()
+            && key.split('/').all(|segment| {
+                !segment.is_empty()
+                    && segment != "."
+                    && segment != ".."
+                    && !segment.contains(['\\', '\0'])
+            });
+        if !plain {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{key:?} is not a storage key (relative segments, no '.' or '..')"),
+            ));
+        }
+        Ok(self.root.join(key))
+    }
+
+    /// The file's bytes. Never through a link, and only from a regular
+    /// file: a FIFO or a device put in the store's place would hang or
+    /// never end.
+    pub(crate) fn read(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        use rustix::fs::{Mode, OFlags};
+        use std::io::Read;
+        let path = self.path(key)?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a symbolic link where content should be",
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut file = std::fs::File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a regular file where content should be",
+            ));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
+    fn write(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let target = self.path(key)?;
+        let kept = std::fs::symlink_metadata(&target);
+        if kept.is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
+            return Ok(());
+        }
+        let dir = target.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(dir)?;
+        let name = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("content");
+        let temp = dir.join(format!(
+            "{name}.tmp.{}.{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temp)?;
+            file.write_all(bytes)?;
+            std::fs::rename(&temp, &target)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        written
+    }
+}
+
+impl Storage for LocalStorage {
+    async fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        self.read(key)
+    }
+
+    async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        self.write(key, bytes)
+    }
+
+    async fn exists(&self, key: &str) -> io::Result<bool> {
+        match std::fs::symlink_metadata(self.path(key)?) {
+            Ok(meta) => Ok(meta.is_file()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> io::Result<()> {
+        match std::fs::remove_file(self.path(key)?) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
