@@ -1,0 +1,265 @@
+//! The registry on real SQLite files, shared by real processes: a thread's
+//! life, a runner killed with SIGKILL, concurrent writers, and files that
+//! are not a registry.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+
+use rye_threads::{Ending, NewThread, ProcessIdentity, Registry, Status, ThreadError};
+use serde_json::json;
+
+fn new_thread(item: &str) -> NewThread {
+    NewThread {
+        item_type: "tool".into(),
+        item_id: item.into(),
+        params_hash: "0".repeat(64),
+        chain: json!([{"item_id": item}]),
+        execution_mode: "sync".into(),
+        ..NewThread::default()
+    }
+}
+
+fn completed(hash: &str) -> Ending {
+    Ending {
+        status: Status::Completed,
+        result_hash: Some(hash.into()),
+        error: None,
+    }
+}
+
+#[tokio::test]
+async fn a_thread_runs_logs_and_ends_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    assert!(dir.path().join("registry.db").is_file());
+    let id = registry.start(new_thread("demo/echo")).await.unwrap();
+    assert_eq!(uuid_shape(&id), (8, 4, 4, 4, 12), "{id}");
+    let running = registry.get(&id).await.unwrap().unwrap();
+    assert_eq!(running.status, Status::Running);
+    assert_eq!(running.pid, Some(std::process::id()));
+    assert_eq!(running.chain, json!([{"item_id": "demo/echo"}]));
+
+    for (kind, n) in [("started", 1), ("progress", 2), ("output", 3)] {
+        let seq = registry.event(&id, kind, &json!({"n": n})).await.unwrap();
+        assert_eq!(seq, n);
+    }
+    let later = registry.events(&id, 1).await.unwrap();
+    assert_eq!(
+        later.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["progress", "output"]
+    );
+    assert_eq!(later[1].detail, json!({"n": 3}));
+
+    registry.finish(&id, completed("ab")).await.unwrap();
+    let done = registry.get(&id).await.unwrap().unwrap();
+    assert_eq!(done.status, Status::Completed);
+    assert_eq!(done.result_hash.as_deref(), Some("ab"));
+    assert!(done.finished_at.is_some_and(|t| t >= done.created_at));
+    // Once only: a late cancel or a second finish is refused.
+    match registry.finish(&id, completed("cd")).await {
+        Err(ThreadError::NotRunning { status, .. }) => assert_eq!(status, Status::Completed),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        registry.finish("no-such-thread", completed("x")).await,
+        Err(ThreadError::NotFound(_))
+    ));
+    assert!(matches!(
+        registry.event("no-such-thread", "x", &json!({})).await,
+        Err(ThreadError::NotFound(_))
+    ));
+
+    let other = registry.start(new_thread("demo/other")).await.unwrap();
+    let listed = registry.list(None, 10).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].thread_id, other, "newest first");
+    let running = registry.list(Some(Status::Running), 10).await.unwrap();
+    assert_eq!(running.len(), 1);
+    assert_eq!("timed_out".parse::<Status>().unwrap(), Status::TimedOut);
+    assert!("sleeping".parse::<Status>().is_err());
+}
+
+fn uuid_shape(id: &str) -> (usize, usize, usize, usize, usize) {
+    let parts: Vec<usize> = id.split('-').map(str::len).collect();
+    (parts[0], parts[1], parts[2], parts[3], parts[4])
+}
+
+const RUNNER: &str = "RYE_THREADS_TEST_RUNNER";
+
+/// The runner the kill test kills: records a thread, says its id, waits.
+#[tokio::test]
+async fn runner_for_the_kill_test() {
+    let Some(dir) = std::env::var_os(RUNNER) else {
+        return;
+    };
+    let registry = Registry::open(std::path::Path::new(&dir)).await.unwrap();
+    let id = registry.start(new_thread("demo/sleep")).await.unwrap();
+    registry.event(&id, "started", &json!({})).await.unwrap();
+    println!("THREAD {id}");
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+}
+
+#[tokio::test]
+async fn a_runner_killed_mid_run_is_marked_killed_on_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "runner_for_the_kill_test",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(RUNNER, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        // libtest writes "test name ... " without a line end before it.
+        .find_map(|line| {
+            line.split_once("THREAD ")
+                .map(|(_, id)| id.trim().to_owned())
+        })
+        .expect("the runner recorded a thread");
+    let pid = child.id();
+
+    // While it runs, opening the registry leaves it running.
+    let registry = Registry::open(dir.path()).await.unwrap();
+    assert_eq!(
+        registry.get(&id).await.unwrap().unwrap().status,
+        Status::Running
+    );
+    registry.close().await;
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let killed = registry.get(&id).await.unwrap().unwrap();
+    assert_eq!(killed.status, Status::Killed);
+    assert!(
+        killed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains(&format!("pid {pid}")),
+        "{killed:?}"
+    );
+    // Its log is kept.
+    assert_eq!(registry.events(&id, 0).await.unwrap().len(), 1);
+
+    // A record from another boot, or whose pid now names another process,
+    // is swept too; one of a live process is not.
+    let me = ProcessIdentity::current().unwrap();
+    let stale = [
+        ProcessIdentity {
+            boot_id: "another-boot".into(),
+            ..me.clone()
+        },
+        ProcessIdentity {
+            start_ticks: me.start_ticks + 7,
+            ..me.clone()
+        },
+    ];
+    let mut stale_ids = Vec::new();
+    for process in stale {
+        let mut new = new_thread("demo/stale");
+        new.process = Some(process);
+        stale_ids.push(registry.start(new).await.unwrap());
+    }
+    let live = registry.start(new_thread("demo/live")).await.unwrap();
+    let mut swept = registry.recover().await.unwrap();
+    swept.sort();
+    stale_ids.sort();
+    assert_eq!(swept, stale_ids);
+    assert_eq!(
+        registry.get(&live).await.unwrap().unwrap().status,
+        Status::Running
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_writing_at_once_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Registry::open(dir.path()).await.unwrap();
+    let second = Registry::open(dir.path()).await.unwrap();
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let registry = if worker % 2 == 0 {
+            first.clone()
+        } else {
+            second.clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            for n in 0..40 {
+                let id = registry
+                    .start(new_thread(&format!("w{worker}/t{n}")))
+                    .await
+                    .unwrap();
+                registry
+                    .event(&id, "started", &json!({"n": n}))
+                    .await
+                    .unwrap();
+                registry
+                    .finish(&id, completed(&format!("{worker}-{n}")))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let all = first.list(None, 1000).await.unwrap();
+    assert_eq!(all.len(), 320);
+    assert!(all.iter().all(|t| t.status == Status::Completed));
+    let mut hashes: Vec<_> = all.iter().filter_map(|t| t.result_hash.clone()).collect();
+    hashes.sort();
+    hashes.dedup();
+    assert_eq!(hashes.len(), 320);
+}
+
+#[tokio::test]
+async fn what_is_not_a_registry_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("registry.db"), vec![0x5a; 8192]).unwrap();
+    let error = Registry::open(dir.path()).await.unwrap_err();
+    assert!(error.to_string().contains("registry.db"), "{error}");
+
+    let newer = tempfile::tempdir().unwrap();
+    let registry = Registry::open(newer.path()).await.unwrap();
+    registry.close().await;
+    let db = newer.path().join("registry.db");
+    let status = Command::new("python3")
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version = 99'); c.commit()"])
+        .arg(&db)
+        .status();
+    if status.is_ok_and(|s| s.success()) {
+        let error = Registry::open(newer.path()).await.unwrap_err();
+        assert!(
+            matches!(error, ThreadError::NewerSchema { found: 99, .. }),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn prune_removes_finished_threads_and_their_logs_never_running_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let old = registry.start(new_thread("demo/old")).await.unwrap();
+    registry.event(&old, "started", &json!({})).await.unwrap();
+    registry.finish(&old, completed("old-hash")).await.unwrap();
+    let running = registry.start(new_thread("demo/running")).await.unwrap();
+    let cutoff = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        + 1;
+    let released = registry.prune(cutoff).await.unwrap();
+    assert_eq!(released, ["old-hash"]);
+    assert!(registry.get(&old).await.unwrap().is_none());
+    assert!(registry.events(&old, 0).await.unwrap().is_empty());
+    assert!(registry.get(&running).await.unwrap().is_some());
+}
