@@ -36,6 +36,11 @@ fn main() {
             .unwrap()
             .to_str()
             .expect("UTF-8 paths in .ai/");
+        // A run's records and objects, if tools were run with this
+        // folder as their project, are no part of the system space.
+        if relative.starts_with("state/") {
+            continue;
+        }
         if relative.ends_with(".wasm") {
             println!(
                 "cargo:warning=ignoring {relative}: components in the system space are built from runtimes/"
@@ -77,6 +82,11 @@ fn main() {
             std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let target = signed_dir.join(relative);
         std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        // A run's records and objects, if tools were run with this
+        // folder as their project, are no part of the system space.
+        if relative.starts_with("state/") {
+            continue;
+        }
         if relative.ends_with(".wasm") {
             let hash: [u8; 32] = Sha256::digest(&bytes).into();
             let sig = signed_dir.join(format!("{relative}.sig"));

@@ -203,6 +203,12 @@ enum Command {
         #[command(subcommand)]
         action: McpAction,
     },
+    /// The project's runs: every tool run is a thread, recorded in
+    /// .ai/state/threads/ with its result.
+    Threads {
+        #[command(subcommand)]
+        action: ThreadsAction,
+    },
     /// Make, show and trust signing keys.
     Keys {
         #[command(subcommand)]
@@ -413,6 +419,21 @@ impl ManageRequest {
             }
         })
     }
+}
+
+#[derive(Subcommand)]
+enum ThreadsAction {
+    /// The newest threads first.
+    List {
+        /// Only threads in this state: running, completed, error,
+        /// cancelled, killed, timed_out.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// One thread: its record, its stored result and its events.
+    Show { thread_id: String },
 }
 
 #[derive(Subcommand)]
@@ -809,6 +830,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Mcp { action } => mcp(rye, project.as_deref(), action, &mut out, cli.json)?,
+        Command::Threads { action } => {
+            let project = project.context("a project folder")?;
+            threads(&rye, &project, action, &mut out, cli.json)?;
+        }
         Command::Keys { action } => keys(
             &rye,
             key_dir,
@@ -1121,6 +1146,52 @@ fn mcp(
                     writeln!(out, "removed {}", path.display())?;
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// `rye threads …`.
+fn threads(
+    rye: &Rye,
+    project: &std::path::Path,
+    action: ThreadsAction,
+    out: &mut impl Write,
+    json: bool,
+) -> anyhow::Result<()> {
+    let runtime = one_thread_runtime()?;
+    match action {
+        ThreadsAction::List { status, limit } => {
+            let status = status
+                .map(|s| s.parse::<rye_host::ThreadStatus>())
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let threads = runtime
+                .block_on(rye.threads(project, status, limit))
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                output::json(out, &threads)?;
+            } else if threads.is_empty() {
+                writeln!(out, "no threads")?;
+            } else {
+                for thread in threads {
+                    let took = thread
+                        .finished_at
+                        .map(|end| format!("{} ms", end - thread.created_at))
+                        .unwrap_or_else(|| "…".into());
+                    writeln!(
+                        out,
+                        "{}  {:<9}  {:>8}  {}",
+                        thread.thread_id, thread.status, took, thread.item_id
+                    )?;
+                }
+            }
+        }
+        ThreadsAction::Show { thread_id } => {
+            let view = runtime
+                .block_on(rye.thread(project, &thread_id))
+                .map_err(anyhow::Error::msg)?;
+            output::json(out, &view)?;
         }
     }
     Ok(())

@@ -325,6 +325,15 @@ fn cancelling_an_execute_kills_the_sleeping_tool() {
         assert_eq!(ran.structured_content.unwrap()["data"]["stdout"], "after\n");
         client.cancel().await.unwrap();
     });
+    // The cancelled run's thread says so.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    env.configure(&mut command);
+    let out = command
+        .args(["--json", "threads", "list", "--status", "cancelled"])
+        .output()
+        .unwrap();
+    let cancelled: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cancelled.as_array().unwrap().len(), 1, "{cancelled:#}");
 }
 
 async fn wait_for_pid(path: &Path) -> u32 {

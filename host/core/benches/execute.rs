@@ -12,6 +12,9 @@
 //!    off, interleaved with the raw spawn; and the cold chain build of
 //!    item 2 with verification on and off (three signed elements and their
 //!    signed parser components, a new trust store, no cached verdicts).
+//! 5. What the thread record costs: the same execution recorded as a
+//!    thread (registry row, result object) and not, interleaved; the
+//!    host's own time (less the child's) of each.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,6 +35,10 @@ fn p90(mut times: Vec<Duration>) -> Duration {
 }
 
 fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
+    host_with(cache, key, verify, true)
+}
+
+fn host_with(cache: &Path, key: &Keypair, verify: bool, record_threads: bool) -> Rye {
     Rye::new(RyeConfig {
         cache_dir: cache.to_owned(),
         user_base: None,
@@ -50,6 +57,7 @@ fn host(cache: &Path, key: &Keypair, verify: bool) -> Rye {
         trusted_keys: vec![(key.public().clone(), "bench".into())],
         signing_key_dir: None,
         executable: None,
+        record_threads,
     })
     .unwrap()
 }
@@ -303,5 +311,39 @@ fn main() {
         own_on,
         own_off,
         own_on.as_secs_f64() / own_off.as_secs_f64()
+    );
+
+    // 5. The thread record.
+    let untracked = Arc::new(host_with(cache.path(), &key, true, false));
+    let first = runtime.block_on(untracked.execute(&request));
+    assert!(first["metadata"].get("thread_id").is_none(), "{first:#}");
+    let (mut tracked_own, mut untracked_own) = (Vec::new(), Vec::new());
+    for round in 0..300 {
+        let order: [bool; 2] = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for tracked in order {
+            let host = if tracked { &rye } else { &untracked };
+            let started = Instant::now();
+            let result = runtime.block_on(host.execute(&request));
+            let elapsed = started.elapsed();
+            assert_eq!(result["status"], "success");
+            assert_eq!(result["metadata"].get("thread_id").is_some(), tracked);
+            if tracked {
+                tracked_own.push(own(elapsed, &result));
+            } else {
+                untracked_own.push(own(elapsed, &result));
+            }
+        }
+    }
+    let (tracked, untracked) = (median(tracked_own), median(untracked_own));
+    println!(
+        "{:<62} {:>9.1?} vs {:>9.1?}  added {:>9.1?}",
+        "host's own time per execute, recorded as a thread vs not",
+        tracked,
+        untracked,
+        tracked.saturating_sub(untracked)
     );
 }

@@ -94,6 +94,7 @@ fn config(cache: &Path) -> RyeConfig {
         trusted_keys: Vec::new(),
         signing_key_dir: None,
         executable: None,
+        record_threads: true,
     }
 }
 

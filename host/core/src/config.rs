@@ -38,6 +38,9 @@ pub struct RyeConfig {
     /// host for what only the host does (the system tool `rye/mcp/manager`
     /// runs `rye mcp manage`); `None` shows nothing.
     pub executable: Option<PathBuf>,
+    /// Record every tool run as a thread in its project's
+    /// `.ai/state/threads/` (see the `threads` module).
+    pub record_threads: bool,
 }
 
 impl RyeConfig {
@@ -53,6 +56,7 @@ impl RyeConfig {
     /// | `RYE_POOLING`      | `0` turns the pooling allocator off       | on where the machine allows  |
     /// | `RYE_SIGNING_KEY_DIR` | the signing keypair's folder           | `<user space>/.ai/config/keys/signing` |
     /// | `RYE_ALLOW_UNSIGNED_PROJECT` | `1` lets unsigned project items run (development) | off |
+    /// | `RYE_THREADS`      | `0` runs tools without recording them as threads | on |
     pub fn from_env() -> Result<Self, HostError> {
         let var = |name: &str| {
             std::env::var_os(name)
@@ -97,6 +101,7 @@ impl RyeConfig {
             trusted_keys: Vec::new(),
             signing_key_dir: var("RYE_SIGNING_KEY_DIR").map(expand_home(home.as_ref())),
             executable: None,
+            record_threads: std::env::var("RYE_THREADS").map_or(true, |v| v != "0"),
         })
     }
 }

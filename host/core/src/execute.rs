@@ -158,10 +158,43 @@ impl Rye {
     }
 
     async fn execute_tool(self: &Arc<Self>, request: &ExecuteRequest, started: Instant) -> Value {
+        // A dry run runs nothing, so it is no thread.
+        let recording = if request.dry_run || !self.threads.enabled() {
+            None
+        } else {
+            let project = request
+                .project
+                .clone()
+                .or_else(|| std::env::current_dir().ok())
+                .unwrap_or_default();
+            Some(
+                self.threads
+                    .start(&project, &request.id, &request.parameters)
+                    .await,
+            )
+        };
         let mut run = ToolRun::new(self, request, started);
-        match run.stages().await {
+        let mut result = match run.stages().await {
             Ok(result) | Err(result) => result,
+        };
+        let unrecorded = match recording {
+            None => None,
+            Some(Err(e)) => Some(e),
+            Some(Ok(recording)) => {
+                if let Some(Value::Object(metadata)) = result.get_mut("metadata") {
+                    metadata.insert("thread_id".into(), json!(recording.id()));
+                }
+                recording.end(&result, run.timed_out).await.err()
+            }
+        };
+        if let (Some(why), Value::Object(reply)) = (unrecorded, &mut result) {
+            let warning = json!(format!("this run was not recorded as a thread: {why}"));
+            match reply.entry("warnings").or_insert_with(|| json!([])) {
+                Value::Array(warnings) => warnings.push(warning),
+                other => *other = json!([warning]),
+            }
         }
+        result
     }
 
     /// What a tool's execution would do, without doing it: the chain is
@@ -623,6 +656,8 @@ struct ToolRun<'a> {
     /// The chain as results show it, once it is built.
     summaries: Option<Vec<ChainSummary>>,
     timings: Timings,
+    /// The tool's process ran out of time.
+    timed_out: bool,
 }
 
 #[derive(Default)]
@@ -643,6 +678,7 @@ impl<'a> ToolRun<'a> {
             warnings: Vec::new(),
             summaries: None,
             timings: Timings::default(),
+            timed_out: false,
         }
     }
 
@@ -658,6 +694,7 @@ impl<'a> ToolRun<'a> {
         let ran = match &planned.action {
             PlannedAction::Process(plan) => {
                 let outcome = self.run(plan).await?;
+                self.timed_out = outcome.timed_out;
                 Ran::process(&outcome, plan.timeout_ms)
             }
             PlannedAction::Http(request) => self.send(&chain, request).await?,

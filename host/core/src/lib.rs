@@ -37,6 +37,8 @@ mod search_index;
 mod services;
 mod session;
 mod sign;
+mod thread_view;
+pub mod threads;
 mod trace;
 mod trust_state;
 mod validate;
@@ -66,6 +68,8 @@ pub use reply::{
     SignEntry, SignReply, Took, ToolMetadata, ToolReply, Truncated, echo,
 };
 pub use rye::Rye;
+pub use rye_threads::{Status as ThreadStatus, Thread};
+pub use thread_view::ThreadView;
 
 /// How many bundled components the build compiled into the binary, and
 /// their machine code's bytes.

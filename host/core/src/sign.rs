@@ -406,8 +406,9 @@ impl Rye {
     }
 
     /// Checks the signature of each file, or of every file under each
-    /// folder (items, components, config files; private keys, lockfiles
-    /// and signature files are skipped), against the trust store of
+    /// folder (items, components, config files; private keys, lockfiles,
+    /// signature files and the runs' state under `.ai/state/` are
+    /// skipped), against the trust store of
     /// `project`'s spaces.
     pub fn verify_paths(&self, project: Option<&Path>, paths: &[PathBuf]) -> Vec<FileCheck> {
         let session = self.session(project);
@@ -444,9 +445,19 @@ fn skipped(path: &Path) -> bool {
     text.ends_with(".sig")
         || text.contains("/config/keys/signing/")
         || text.contains("/lockfiles/")
+        || in_state(path)
         || path
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+}
+
+/// Whether `path` is under an `.ai/state/` folder, where runs keep their
+/// records and objects.
+fn in_state(path: &Path) -> bool {
+    let parts: Vec<_> = path.components().map(|c| c.as_os_str()).collect();
+    parts
+        .windows(2)
+        .any(|pair| pair[0] == ".ai" && pair[1] == "state")
 }
 
 /// The kind of the file at `path` from the folder under `.ai/` it sits in.

@@ -54,6 +54,7 @@ fn main() {
                         status: Status::Completed,
                         result_hash: Some(format!("{n:064}")),
                         error: None,
+                        chain: None,
                     },
                 )
                 .await

@@ -164,6 +164,8 @@ pub struct Ending {
     pub status: Status,
     pub result_hash: Option<String>,
     pub error: Option<String>,
+    /// The resolved chain, when it was not known at the start.
+    pub chain: Option<Value>,
 }
 
 /// The schema, one step per version (`PRAGMA user_version`).
@@ -320,14 +322,15 @@ impl Registry {
     pub async fn finish(&self, id: &str, ending: Ending) -> Result<(), ThreadError> {
         let now = now_ms();
         let done = sqlx::query(
-            "UPDATE threads SET status = ?, finished_at = ?, updated_at = ?, result_hash = ?, error = ? \
-             WHERE thread_id = ? AND status = 'running'",
+            "UPDATE threads SET status = ?, finished_at = ?, updated_at = ?, result_hash = ?, error = ?, \
+             chain = COALESCE(?, chain) WHERE thread_id = ? AND status = 'running'",
         )
         .bind(ending.status.as_str())
         .bind(now)
         .bind(now)
         .bind(&ending.result_hash)
         .bind(&ending.error)
+        .bind(ending.chain.as_ref().map(Value::to_string))
         .bind(id)
         .execute(&self.pool)
         .await?;
@@ -401,6 +404,7 @@ impl Registry {
                         status: Status::Killed,
                         result_hash: None,
                         error: Some(why),
+                        chain: None,
                     },
                 )
                 .await;

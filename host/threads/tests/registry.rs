@@ -24,6 +24,7 @@ fn completed(hash: &str) -> Ending {
         status: Status::Completed,
         result_hash: Some(hash.into()),
         error: None,
+        chain: None,
     }
 }
 

@@ -52,6 +52,7 @@ pub fn config(user: &Path, system: Option<&Path>) -> RyeConfig {
         trusted_keys: vec![(test_key().public().clone(), "test".into())],
         signing_key_dir: None,
         executable: None,
+        record_threads: true,
     }
 }
 

@@ -1,0 +1,179 @@
+//! Every tool execution is a thread: a record in the project's registry
+//! (`.ai/state/threads/registry.db`) made when the run starts and ended
+//! when it ends, with the whole result stored as an object in the
+//! project's content-addressed store (`.ai/state/objects/`). A run whose
+//! future is dropped (a client's cancel) is recorded as cancelled; one
+//! whose process dies is found by the registry's sweep.
+//!
+//! A project whose state folder cannot be written still runs its tools:
+//! the result says it was not recorded, and why.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rye_cas::{Cas, LocalStorage};
+use rye_threads::{Ending, NewThread, Registry, Status};
+use serde_json::{Map, Value, json};
+use tokio::sync::OnceCell;
+
+/// Where a project keeps its threads and objects.
+pub fn state_dir(project: &Path) -> PathBuf {
+    project.join(".ai").join("state")
+}
+
+/// One project's registry and store.
+pub(crate) struct Recorder {
+    pub registry: Registry,
+    pub cas: Cas<LocalStorage>,
+}
+
+type Slot = Arc<OnceCell<Result<Arc<Recorder>, String>>>;
+
+/// The recorders of the projects this host has run tools in, each opened
+/// once (opening sweeps dead runs).
+pub(crate) struct Threads {
+    enabled: bool,
+    open: Mutex<HashMap<PathBuf, Slot>>,
+}
+
+impl Threads {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            open: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub(crate) async fn recorder(&self, project: &Path) -> Result<Arc<Recorder>, String> {
+        let slot = self
+            .open
+            .lock()
+            .expect("thread registries lock")
+            .entry(project.to_owned())
+            .or_default()
+            .clone();
+        slot.get_or_init(|| async {
+            let state = state_dir(project);
+            let registry = Registry::open(&state.join("threads"))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(Recorder {
+                registry,
+                cas: Cas::new(LocalStorage::new(state.join("objects"))),
+            }))
+        })
+        .await
+        .clone()
+    }
+
+    /// Starts recording a run of `item_id` with `parameters`.
+    pub(crate) async fn start(
+        &self,
+        project: &Path,
+        item_id: &str,
+        parameters: &Value,
+    ) -> Result<Recording, String> {
+        let recorder = self.recorder(project).await?;
+        let params_hash = rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(parameters)).hex();
+        let id = recorder
+            .registry
+            .start(NewThread {
+                item_type: "tool".into(),
+                item_id: item_id.to_owned(),
+                params_hash,
+                chain: Value::Null,
+                execution_mode: "sync".into(),
+                parent_id: None,
+                process: None,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Recording {
+            recorder,
+            id: Some(id),
+        })
+    }
+}
+
+/// A run being recorded. Ending it is the run's last step; dropped
+/// unended, it is recorded as cancelled.
+pub(crate) struct Recording {
+    recorder: Arc<Recorder>,
+    id: Option<String>,
+}
+
+impl Recording {
+    pub(crate) fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or_default()
+    }
+
+    /// Stores `result` and ends the thread with the status it shows.
+    pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
+        let Some(id) = self.id.take() else {
+            return Ok(());
+        };
+        let status = match result.get("status").and_then(Value::as_str) {
+            Some("success") => Status::Completed,
+            _ if timed_out => Status::TimedOut,
+            _ => Status::Error,
+        };
+        let mut fields = Map::new();
+        fields.insert("thread_id".into(), json!(id));
+        fields.insert("result".into(), result.clone());
+        let stored = self
+            .recorder
+            .cas
+            .put_object(&rye_cas::object("execution_result", fields))
+            .await;
+        let (result_hash, store_error) = match stored {
+            Ok(hash) => (Some(hash.hex()), None),
+            Err(e) => (None, Some(format!("the result was not stored: {e}"))),
+        };
+        let error = result
+            .get("error")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or(store_error.clone());
+        self.recorder
+            .registry
+            .finish(
+                &id,
+                Ending {
+                    status,
+                    result_hash,
+                    error,
+                    chain: result.get("chain").cloned(),
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        store_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let recorder = self.recorder.clone();
+        let ending = Ending {
+            status: Status::Cancelled,
+            result_hash: None,
+            error: Some("cancelled before it finished; its processes were killed".into()),
+            chain: None,
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = recorder.registry.finish(&id, ending).await {
+                    tracing::warn!("thread {id}: {e}");
+                }
+            });
+        }
+    }
+}
