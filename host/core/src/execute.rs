@@ -169,8 +169,7 @@ impl Rye {
                 .unwrap_or_default();
             Some(
                 self.threads
-                    .start(&project, &request.id, &request.parameters)
-                    .await,
+                    .start(&project, &request.id, &request.parameters),
             )
         };
         let mut run = ToolRun::new(self, request, started);
@@ -179,12 +178,15 @@ impl Rye {
         };
         let unrecorded = match recording {
             None => None,
-            Some(Err(e)) => Some(e),
-            Some(Ok(recording)) => {
-                if let Some(Value::Object(metadata)) = result.get_mut("metadata") {
-                    metadata.insert("thread_id".into(), json!(recording.id()));
+            Some(recording) => {
+                let id = recording.id().to_owned();
+                let ended = recording.end(&result, run.timed_out).await;
+                if ended.is_ok()
+                    && let Some(Value::Object(metadata)) = result.get_mut("metadata")
+                {
+                    metadata.insert("thread_id".into(), json!(id));
                 }
-                recording.end(&result, run.timed_out).await.err()
+                ended.err()
             }
         };
         if let (Some(why), Value::Object(reply)) = (unrecorded, &mut result) {

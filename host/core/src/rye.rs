@@ -38,7 +38,7 @@ pub struct Rye {
     /// This host's program, shown to adapters as `RYE_EXECUTABLE`.
     pub(crate) executable: Option<PathBuf>,
     /// The thread registries of the projects tools ran in.
-    pub(crate) threads: crate::threads::Threads,
+    pub(crate) threads: Arc<crate::threads::Threads>,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
@@ -96,7 +96,7 @@ impl Rye {
             validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
             mcp: rye_mcp_client::Pool::new(mcp_idle()),
             executable: config.executable,
-            threads: crate::threads::Threads::new(config.record_threads),
+            threads: Arc::new(crate::threads::Threads::new(config.record_threads)),
         })
     }
 

@@ -71,52 +71,71 @@ impl Threads {
         .clone()
     }
 
-    /// Starts recording a run of `item_id` with `parameters`.
-    pub(crate) async fn start(
-        &self,
+    /// Starts recording a run of `item_id` with `parameters`: the record
+    /// is written beside the run, not before it, and waited for only when
+    /// the run ends. Needs a tokio runtime.
+    pub(crate) fn start(
+        self: &Arc<Self>,
         project: &Path,
         item_id: &str,
         parameters: &Value,
-    ) -> Result<Recording, String> {
-        let recorder = self.recorder(project).await?;
-        let params_hash = rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(parameters)).hex();
-        let id = recorder
-            .registry
-            .start(NewThread {
-                item_type: "tool".into(),
-                item_id: item_id.to_owned(),
-                params_hash,
-                chain: Value::Null,
-                execution_mode: "sync".into(),
-                parent_id: None,
-                process: None,
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Recording {
-            recorder,
-            id: Some(id),
-        })
+    ) -> Recording {
+        let id = rye_threads::new_thread_id();
+        let new = NewThread {
+            item_type: "tool".into(),
+            item_id: item_id.to_owned(),
+            params_hash: rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(parameters)).hex(),
+            chain: Value::Null,
+            execution_mode: "sync".into(),
+            parent_id: None,
+            process: None,
+            thread_id: Some(id.clone()),
+        };
+        let threads = self.clone();
+        let project = project.to_owned();
+        let started = tokio::spawn(async move {
+            let recorder = threads.recorder(&project).await?;
+            recorder
+                .registry
+                .start(new)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(recorder)
+        });
+        Recording {
+            id,
+            started: Some(started),
+        }
     }
 }
+
+type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 
 /// A run being recorded. Ending it is the run's last step; dropped
 /// unended, it is recorded as cancelled.
 pub(crate) struct Recording {
-    recorder: Arc<Recorder>,
-    id: Option<String>,
+    id: String,
+    started: Option<Started>,
+}
+
+async fn joined(started: Started) -> Result<Arc<Recorder>, String> {
+    started
+        .await
+        .map_err(|e| format!("recording the thread failed: {e}"))?
 }
 
 impl Recording {
     pub(crate) fn id(&self) -> &str {
-        self.id.as_deref().unwrap_or_default()
+        &self.id
     }
 
     /// Stores `result` and ends the thread with the status it shows.
     pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
-        let Some(id) = self.id.take() else {
+        let Some(started) = self.started.take() else {
             return Ok(());
         };
+        let recorder = joined(started).await?;
+        let id = self.id.clone();
         let status = match result.get("status").and_then(Value::as_str) {
             Some("success") => Status::Completed,
             _ if timed_out => Status::TimedOut,
@@ -125,8 +144,7 @@ impl Recording {
         let mut fields = Map::new();
         fields.insert("thread_id".into(), json!(id));
         fields.insert("result".into(), result.clone());
-        let stored = self
-            .recorder
+        let stored = recorder
             .cas
             .put_object(&rye_cas::object("execution_result", fields))
             .await;
@@ -139,7 +157,7 @@ impl Recording {
             .and_then(Value::as_str)
             .map(str::to_owned)
             .or(store_error.clone());
-        self.recorder
+        recorder
             .registry
             .finish(
                 &id,
@@ -158,10 +176,10 @@ impl Recording {
 
 impl Drop for Recording {
     fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
+        let Some(started) = self.started.take() else {
             return;
         };
-        let recorder = self.recorder.clone();
+        let id = self.id.clone();
         let ending = Ending {
             status: Status::Cancelled,
             result_hash: None,
@@ -170,6 +188,9 @@ impl Drop for Recording {
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                let Ok(recorder) = joined(started).await else {
+                    return;
+                };
                 if let Err(e) = recorder.registry.finish(&id, ending).await {
                     tracing::warn!("thread {id}: {e}");
                 }

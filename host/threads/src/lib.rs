@@ -124,6 +124,13 @@ pub struct NewThread {
     pub parent_id: Option<String>,
     /// The process that runs it; `None` records this process.
     pub process: Option<ProcessIdentity>,
+    /// The id to record it under (see [`new_thread_id`]); `None` makes one.
+    pub thread_id: Option<String>,
+}
+
+/// A new thread id: a random UUID, as the original's.
+pub fn new_thread_id() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// A thread as the registry holds it.
@@ -246,35 +253,47 @@ impl Registry {
     }
 
     async fn migrate(&self) -> Result<(), ThreadError> {
-        let mut tx = self.pool.begin().await?;
-        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-            .fetch_one(&mut *tx)
-            .await?;
         let known = MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(ThreadError::NewerSchema {
-                path: self.path.clone(),
-                found: version,
-                known,
-            });
+        let mut conn = self.pool.acquire().await?;
+        if user_version(&mut conn).await? == known {
+            return Ok(());
         }
-        for step in &MIGRATIONS[version as usize..] {
-            sqlx::raw_sql(*step).execute(&mut *tx).await?;
-        }
-        if version < known {
+        // The write lock first, so two processes creating the registry at
+        // once wait for each other (a deferred transaction that reads and
+        // then writes would fail at once instead).
+        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let migrated = async {
+            let found = user_version(&mut conn).await?;
+            if found > known {
+                return Err(ThreadError::NewerSchema {
+                    path: self.path.clone(),
+                    found,
+                    known,
+                });
+            }
+            for step in &MIGRATIONS[found as usize..] {
+                sqlx::raw_sql(*step).execute(&mut *conn).await?;
+            }
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "PRAGMA user_version = {known}"
             )))
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
+            Ok(())
         }
-        tx.commit().await?;
-        Ok(())
+        .await;
+        let end = if migrated.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        sqlx::raw_sql(end).execute(&mut *conn).await?;
+        migrated
     }
 
-    /// Records a new running thread; its id (a UUID, as the original's).
+    /// Records a new running thread; its id.
     pub async fn start(&self, new: NewThread) -> Result<String, ThreadError> {
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = new.thread_id.clone().unwrap_or_else(new_thread_id);
         let process = new.process.or_else(ProcessIdentity::current);
         let now = now_ms();
         sqlx::query(
@@ -487,6 +506,12 @@ impl Registry {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+async fn user_version(conn: &mut sqlx::SqliteConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(conn)
+        .await
 }
 
 const COLUMNS: &str = "thread_id, parent_id, item_type, item_id, params_hash, chain, status, execution_mode, \

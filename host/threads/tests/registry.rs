@@ -264,3 +264,20 @@ async fn prune_removes_finished_threads_and_their_logs_never_running_ones() {
     assert!(registry.events(&old, 0).await.unwrap().is_empty());
     assert!(registry.get(&running).await.unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_hosts_creating_one_registry_at_once_all_open_it() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let dir = dir.path().to_owned();
+                tokio::spawn(async move { Registry::open(&dir).await })
+            })
+            .collect();
+        for open in opens {
+            let registry = open.await.unwrap().unwrap();
+            registry.start(new_thread("demo/race")).await.unwrap();
+        }
+    }
+}
