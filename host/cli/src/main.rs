@@ -137,6 +137,10 @@ enum Command {
         /// Include every step's events in the result.
         #[arg(long)]
         trace: bool,
+        /// Start the run and return at once with its thread id; the run
+        /// goes on in a process of its own (see `rye threads`).
+        #[arg(long = "async", conflicts_with = "dry_run")]
+        run_async: bool,
     },
     /// Serve MCP (the tools execute, search, load and sign) on stdin and
     /// stdout, or over streamable HTTP with --http. Logs go to stderr
@@ -434,6 +438,25 @@ enum ThreadsAction {
     },
     /// One thread: its record, its stored result and its events.
     Show { thread_id: String },
+    /// Wait until a thread ends (or the timeout passes); show it.
+    Wait {
+        thread_id: String,
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 600.0)]
+        timeout: f64,
+    },
+    /// Cancel a running async thread: its runner is asked to stop, and
+    /// killed with all its processes if it has not within the grace.
+    Cancel {
+        thread_id: String,
+        /// Seconds the runner gets to stop before it is killed.
+        #[arg(long, default_value_t = 5.0)]
+        grace: f64,
+    },
+    /// Run an async thread handed over on stdin (started by the host that
+    /// recorded it).
+    #[command(hide = true)]
+    Run { thread_id: String },
 }
 
 #[derive(Subcommand)]
@@ -513,27 +536,46 @@ fn contain_runs() {
     }
 }
 
-/// On SIGTERM, SIGHUP or SIGINT, kills every live run before exiting, so
-/// no tool outlives the host.
-async fn stop_runs_on_signal() {
+/// The number of the first of SIGTERM, SIGHUP or SIGINT to arrive (never,
+/// where they cannot be caught).
+async fn stop_signal() -> i32 {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+        if let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
             signal(SignalKind::interrupt()),
-        ) else {
-            return;
-        };
-        let number = tokio::select! {
-            _ = term.recv() => 15,
-            _ = hup.recv() => 1,
-            _ = int.recv() => 2,
-        };
-        rye_host::runs::stop_all();
-        std::process::exit(128 + number);
+        ) {
+            return tokio::select! {
+                _ = term.recv() => 15,
+                _ = hup.recv() => 1,
+                _ = int.recv() => 2,
+            };
+        }
     }
+    std::future::pending().await
+}
+
+/// On SIGTERM, SIGHUP or SIGINT, kills every live run before exiting, so
+/// no tool outlives the host.
+async fn stop_runs_on_signal() {
+    let number = stop_signal().await;
+    rye_host::runs::stop_all();
+    std::process::exit(128 + number);
+}
+
+/// Runs `work` unless a stop signal comes first; then the work is dropped
+/// (which kills its processes), its thread recorded as cancelled, every
+/// live run killed, and the process ends.
+async fn until_signal<T>(rye: &Rye, work: impl std::future::Future<Output = T>) -> T {
+    let number = tokio::select! {
+        done = work => return done,
+        number = stop_signal() => number,
+    };
+    rye.flush_threads().await;
+    rye_host::runs::stop_all();
+    std::process::exit(128 + number);
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -562,6 +604,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .push((key, owner.unwrap_or_else(|| "given".into())));
     }
     config.executable = std::env::current_exe().ok();
+    // A runner takes over the settings of the host that handed it its run.
+    let handed = match &cli.command {
+        Command::Threads {
+            action: ThreadsAction::Run { .. },
+        } => match rye_host::DetachedRun::read(std::io::stdin().lock())
+            .map_err(anyhow::Error::msg)?
+        {
+            Some(run) => {
+                run.configure(&mut config).map_err(anyhow::Error::msg)?;
+                Some(run)
+            }
+            // Its host went away before handing the run over.
+            None => return Ok(()),
+        },
+        _ => None,
+    };
     let key_dir = config.key_dir();
     let rye = Rye::new(config).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
@@ -679,6 +737,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             params_file,
             dry_run,
             trace,
+            run_async,
         } => {
             let text = match params_file {
                 Some(path) if path.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
@@ -700,10 +759,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rye = std::sync::Arc::new(rye);
             contain_runs();
             let runtime = one_thread_runtime()?;
-            let result = runtime.block_on(async {
-                tokio::spawn(stop_runs_on_signal());
-                rye.execute(&request).await
-            });
+            let result = if run_async {
+                runtime.block_on(rye.execute_async(&request))
+            } else {
+                runtime.block_on(until_signal(&rye, rye.execute(&request)))
+            };
             output::json(&mut out, &result)?;
             out.flush()?;
             // What the run left for the reaper (a sweep, a cgroup to
@@ -830,8 +890,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Mcp { action } => mcp(rye, project.as_deref(), action, &mut out, cli.json)?,
+        Command::Threads {
+            action: ThreadsAction::Run { thread_id },
+        } => {
+            let run = handed.context("the run's request")?;
+            let rye = std::sync::Arc::new(rye);
+            contain_runs();
+            let runtime = one_thread_runtime()?;
+            runtime
+                .block_on(until_signal(&rye, rye.run_detached(&thread_id, &run)))
+                .map_err(anyhow::Error::msg)?;
+            rye_host::runs::settle(std::time::Duration::from_secs(2));
+        }
         Command::Threads { action } => {
             let project = project.context("a project folder")?;
+            contain_runs();
             threads(&rye, &project, action, &mut out, cli.json)?;
         }
         Command::Keys { action } => keys(
@@ -1193,8 +1266,33 @@ fn threads(
                 .map_err(anyhow::Error::msg)?;
             output::json(out, &view)?;
         }
+        ThreadsAction::Wait { thread_id, timeout } => {
+            let view = runtime
+                .block_on(rye.wait_thread(project, &thread_id, seconds("timeout", timeout)?))
+                .map_err(anyhow::Error::msg)?;
+            output::json(out, &view)?;
+            out.flush()?;
+            if view.thread.status == rye_host::ThreadStatus::Running {
+                anyhow::bail!("thread {thread_id} is still running after {timeout} s");
+            }
+        }
+        ThreadsAction::Cancel { thread_id, grace } => {
+            let cancelled = runtime
+                .block_on(rye.cancel_thread(project, &thread_id, seconds("grace", grace)?))
+                .map_err(anyhow::Error::msg)?;
+            output::json(out, &cancelled)?;
+        }
+        ThreadsAction::Run { .. } => unreachable!("a runner is handled before"),
     }
     Ok(())
+}
+
+/// A number of seconds given on the command line, as a duration.
+fn seconds(what: &str, value: f64) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| d.as_secs() <= 86_400 * 365)
+        .with_context(|| format!("--{what} {value} is not a number of seconds"))
 }
 
 /// The runtime a one-shot command runs on.

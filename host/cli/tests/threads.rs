@@ -217,3 +217,294 @@ fn a_project_whose_state_cannot_be_written_still_runs_with_a_warning() {
     assert!(warnings.contains("not recorded as a thread"), "{ran:#}");
     assert!(ran["metadata"].get("thread_id").is_none());
 }
+
+/// Waits until `file` holds a pid; the pid.
+fn pid_in(file: &std::path::Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never held a pid",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s[s.rfind(')').unwrap() + 2..].chars().next(),
+            Some('Z' | 'X')
+        )
+    })
+}
+
+impl Env {
+    fn start_async(&self, command: &str) -> Value {
+        let started = self.json(&[
+            "execute",
+            "tool",
+            "rye/bash/bash",
+            "--async",
+            "--params",
+            &json!({ "command": command }).to_string(),
+        ]);
+        assert_eq!(started["status"], "success", "{started:#}");
+        started
+    }
+
+    fn status(&self, id: &str) -> Value {
+        self.json(&["threads", "show", id])["status"].clone()
+    }
+}
+
+#[test]
+fn an_async_run_returns_at_once_and_ends_in_its_thread() {
+    let env = Env::new();
+    let gate = env.project.path().join("gate");
+    // The tool cannot finish before the test opens the gate.
+    let command = format!(
+        "while [ ! -e {gate} ]; do sleep 0.02; done; echo finished late",
+        gate = gate.display()
+    );
+    let started = env.start_async(&command);
+    let id = started["thread_id"].as_str().unwrap().to_owned();
+    let mut keys: Vec<&str> = started
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "async",
+            "execution_mode",
+            "item_id",
+            "metadata",
+            "pid",
+            "state",
+            "status",
+            "thread_id",
+            "type"
+        ],
+        "{started:#}"
+    );
+    assert_eq!(started["async"], true);
+    assert_eq!(started["state"], "running");
+    assert_eq!(started["type"], "tool");
+    assert_eq!(started["item_id"], "rye/bash/bash");
+    // The command that asked has exited; its runner goes on.
+    let runner = started["pid"].as_u64().unwrap() as u32;
+    assert!(alive(runner), "the runner is not running");
+    let shown = env.json(&["threads", "show", &id]);
+    assert_eq!(shown["status"], "running", "{shown:#}");
+    assert_eq!(shown["execution_mode"], "async");
+    assert_eq!(shown["pid"], runner);
+
+    std::fs::write(&gate, "").unwrap();
+    let done = env.json(&["threads", "wait", &id, "--timeout", "60"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["result"]["data"]["stdout"], "finished late\n",
+        "{done:#}"
+    );
+    let kinds: Vec<&str> = done["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["started", "finished"], "{done:#}");
+    assert_eq!(
+        done["events"][1]["detail"]["result_hash"],
+        done["result_hash"]
+    );
+    assert!(rye_test_artifacts::process_dies_soon(runner));
+
+    // A failing tool ends its thread as an error, with the tool's output.
+    let failed = env.start_async("echo broken >&2; exit 4");
+    let id = failed["thread_id"].as_str().unwrap();
+    let done = env.json(&["threads", "wait", id]);
+    assert_eq!(done["status"], "error", "{done:#}");
+    assert_eq!(done["result"]["data"]["stderr"], "broken\n", "{done:#}");
+
+    // The original's refusals: knowledge and inline directives are
+    // returned, not run, and a dry run returns at once anyway.
+    for kind in ["knowledge", "directive"] {
+        let out = env.rye(&["execute", kind, "rye/any", "--async"]);
+        assert!(!out.status.success());
+        let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            reply["error"]
+                .as_str()
+                .unwrap()
+                .contains("async is not available"),
+            "{reply:#}"
+        );
+    }
+    let out = env.rye(&["execute", "tool", "rye/bash/bash", "--async", "--dry-run"]);
+    assert!(!out.status.success());
+    // Nothing of these was recorded.
+    assert_eq!(
+        env.json(&["--json", "threads", "list"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn cancel_stops_an_async_run_and_everything_it_started() {
+    let env = Env::new();
+    for grace in ["5", "0"] {
+        let marker = env.project.path().join(format!("grandchild-{grace}.pid"));
+        // A grandchild in a session of its own, out of the tool's process
+        // group.
+        let command = format!(
+            "setsid sh -c 'echo $$ > {}; exec sleep 120' & sleep 120",
+            marker.display()
+        );
+        let started = env.start_async(&command);
+        let id = started["thread_id"].as_str().unwrap().to_owned();
+        let runner = started["pid"].as_u64().unwrap() as u32;
+        let grandchild = pid_in(&marker);
+        assert!(alive(grandchild));
+
+        let cancelled = env.json(&["threads", "cancel", &id, "--grace", grace]);
+        // Given time, the runner stops the run itself; given none, it is
+        // killed and what it left is stopped by the canceller.
+        let expected = if grace == "0" { "killed" } else { "stopped" };
+        assert_eq!(cancelled["outcome"], expected, "{cancelled:#}");
+        assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+        assert!(
+            rye_test_artifacts::process_dies_soon(grandchild),
+            "the grandchild outlived the cancel (grace {grace})"
+        );
+        assert!(rye_test_artifacts::process_dies_soon(runner));
+        assert_eq!(env.status(&id), "cancelled");
+
+        // Cancelling again says it had finished.
+        let again = env.json(&["threads", "cancel", &id]);
+        assert_eq!(again["outcome"], "finished", "{again:#}");
+    }
+
+    // A synchronous run is cancelled where it runs, not by a signal to a
+    // host that may serve others.
+    let ran = env.execute("rye/bash/bash", json!({"command": "true"}));
+    let id = ran["metadata"]["thread_id"].as_str().unwrap();
+    let again = env.json(&["threads", "cancel", id]);
+    assert_eq!(again["outcome"], "finished");
+    let out = env.rye(&["threads", "cancel", "no-such-thread"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no thread no-such-thread"));
+}
+
+#[test]
+fn an_async_runner_killed_mid_run_is_marked_killed_and_leaves_nothing() {
+    let env = Env::new();
+    let marker = env.project.path().join("grandchild.pid");
+    let command = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 120' & sleep 120",
+        marker.display()
+    );
+    let started = env.start_async(&command);
+    let id = started["thread_id"].as_str().unwrap().to_owned();
+    let runner = started["pid"].as_u64().unwrap() as u32;
+    let grandchild = pid_in(&marker);
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &runner.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(rye_test_artifacts::process_dies_soon(runner));
+    // Any rye command afterwards finds the run dead and what it left.
+    let listed = env.json(&["--json", "threads", "list"]);
+    assert_eq!(listed[0]["thread_id"], id.as_str());
+    assert_eq!(listed[0]["status"], "killed", "{listed:#}");
+    assert!(
+        rye_test_artifacts::process_dies_soon(grandchild),
+        "the run's grandchild outlived its killed runner"
+    );
+}
+
+#[test]
+fn a_runner_is_no_door_to_someone_elses_thread() {
+    let env = Env::new();
+    // A request on stdin for a thread the registry does not hold (or holds
+    // for another process) runs nothing.
+    let marker = env.project.path().join("ran");
+    let request = json!({
+        "item_type": "tool",
+        "item_id": "rye/bash/bash",
+        "parameters": {"command": format!("touch {}", marker.display())},
+        "project": env.project.path(),
+        "host": {
+            "enforce": true,
+            "allow_unsigned_project": false,
+            "trusted_keys": [],
+            "user_base": null,
+            "system_base": env.project.path().join("nowhere"),
+        },
+    });
+    let ran = env.execute("rye/bash/bash", json!({"command": "true"}));
+    let finished = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
+    for id in ["no-such-thread", finished.as_str()] {
+        let mut child = env
+            .command(&["threads", "run", id])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(request.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "{id}");
+        assert!(!marker.exists(), "a runner ran {id}");
+    }
+    // Garbage, an unknown field, or too much on stdin: refused; nothing on
+    // stdin: the asking host went away, so nothing to do.
+    let mut unknown = request.clone();
+    unknown["extra"] = json!(true);
+    for input in [
+        b"not json".to_vec(),
+        unknown.to_string().into_bytes(),
+        vec![b' '; (16 << 20) + 10],
+        Vec::new(),
+    ] {
+        let mut child = env
+            .command(&["threads", "run", "x"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let size = input.len();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write as _;
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        assert_eq!(out.status.success(), size == 0, "{size} bytes: {out:?}");
+        assert!(!marker.exists());
+    }
+}

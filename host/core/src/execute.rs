@@ -68,6 +68,12 @@ pub struct ExecuteRequest {
 }
 
 impl ExecuteRequest {
+    /// The project folder the request is about: the one given, else the
+    /// working directory.
+    pub fn project_dir(&self) -> PathBuf {
+        crate::session::project_dir(self.project.as_deref())
+    }
+
     pub fn new(kind: ItemKind, id: impl Into<String>) -> Self {
         Self {
             kind,
@@ -162,16 +168,21 @@ impl Rye {
         let recording = if request.dry_run || !self.threads.enabled() {
             None
         } else {
-            let project = request
-                .project
-                .clone()
-                .or_else(|| std::env::current_dir().ok())
-                .unwrap_or_default();
             Some(
                 self.threads
-                    .start(&project, &request.id, &request.parameters),
+                    .start(&request.project_dir(), &request.id, &request.parameters),
             )
         };
+        self.run_tool(request, started, recording).await
+    }
+
+    /// Runs a tool, ending `recording` (if any) with the result.
+    pub(crate) async fn run_tool(
+        self: &Arc<Self>,
+        request: &ExecuteRequest,
+        started: Instant,
+        recording: Option<crate::threads::Recording>,
+    ) -> Value {
         let mut run = ToolRun::new(self, request, started);
         let mut result = match run.stages().await {
             Ok(result) | Err(result) => result,
@@ -246,11 +257,7 @@ impl Rye {
         let adapter = found.component;
         let path = adapter.path.clone();
 
-        let project_path = session
-            .project
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_default();
+        let project_path = session.project_dir();
         // The adapter is told the project by the path it is shown it at.
         let project_path = rye_gate::lexical(&project_path).unwrap_or(project_path);
         // What the adapter sees is the gate's to say: the folders, and the

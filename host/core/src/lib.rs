@@ -18,6 +18,7 @@ mod chain;
 mod chain_rules;
 mod config;
 mod config_schema;
+mod detached;
 mod error;
 mod execute;
 mod finding;
@@ -51,9 +52,12 @@ pub use mcp_servers::{Discovered, NewServer, ServerListing};
 
 /// How the processes of runs are contained, and stopping them all.
 pub mod runs {
-    pub use rye_process::{Containment, RUN_MARKER, containment, init, settle, stop_all};
+    pub use rye_process::{
+        Containment, RUN_MARKER, containment, init, settle, stop_abandoned_runs, stop_all,
+    };
 }
 pub use config::IntegrityPolicy;
+pub use detached::{Cancelled, DEFAULT_GRACE, DetachedRun, HostSettings};
 pub use error::HostError;
 pub use execute::{EXECUTABLE_VAR, ExecuteRequest, STANDARD_ADAPTER};
 pub use finding::Finding;

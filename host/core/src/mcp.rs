@@ -109,11 +109,7 @@ impl Rye {
             Some(Value::Object(config)) => config.clone(),
             _ => return Err(format!("{at}: a server item needs a config mapping")),
         };
-        let project = session
-            .project
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_default();
+        let project = session.project_dir();
         let host_env = |name: &str| std::env::var(name).ok();
         let (transport, resolved) =
             transport(&config, &project, &host_env).map_err(|e| format!("{at}: {e}"))?;

@@ -16,7 +16,7 @@ use crate::{HostError, RyeConfig};
 pub struct Rye {
     pub(crate) components: ComponentHost,
     system_base: PathBuf,
-    user_base: Option<PathBuf>,
+    pub(crate) user_base: Option<PathBuf>,
     pub(crate) parses: Mutex<Generational<ParseKey, Outcome>>,
     pub(crate) index: Mutex<Index>,
     pub(crate) listings: ListingCache,

@@ -32,7 +32,21 @@ impl Rye {
     }
 }
 
+/// The project folder a request is about: the one given, else the
+/// working directory.
+pub(crate) fn project_dir(project: Option<&Path>) -> PathBuf {
+    project
+        .map(Path::to_owned)
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_default()
+}
+
 impl Session {
+    /// The project folder this session is about (see [`project_dir`]).
+    pub(crate) fn project_dir(&self) -> PathBuf {
+        project_dir(self.project.as_deref())
+    }
+
     /// The extractors in effect for the spaces (see [`Rye::extractors`]).
     pub(crate) fn extractors(&self, rye: &Rye) -> Result<Arc<Extractors>, HostError> {
         if let Some(extractors) = self.extractors.get() {

@@ -28,13 +28,20 @@ pub(crate) struct Recorder {
     pub cas: Cas<LocalStorage>,
 }
 
-type Slot = Arc<OnceCell<Result<Arc<Recorder>, String>>>;
+type Slot = Arc<OnceCell<Arc<Recorder>>>;
 
 /// The recorders of the projects this host has run tools in, each opened
 /// once (opening sweeps dead runs).
 pub(crate) struct Threads {
     enabled: bool,
     open: Mutex<HashMap<PathBuf, Slot>>,
+    /// The records of runs dropped unfinished, being written.
+    dropped: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+/// The parameters' address: SHA-256 of their canonical JSON.
+pub(crate) fn params_hash(parameters: &Value) -> String {
+    rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(parameters)).hex()
 }
 
 impl Threads {
@@ -42,6 +49,7 @@ impl Threads {
         Self {
             enabled,
             open: Mutex::default(),
+            dropped: Arc::default(),
         }
     }
 
@@ -49,6 +57,8 @@ impl Threads {
         self.enabled
     }
 
+    /// The project's recorder, opened on first use. A failed open is not
+    /// kept: the next run tries again (the folder may be writable by then).
     pub(crate) async fn recorder(&self, project: &Path) -> Result<Arc<Recorder>, String> {
         let slot = self
             .open
@@ -57,7 +67,7 @@ impl Threads {
             .entry(project.to_owned())
             .or_default()
             .clone();
-        slot.get_or_init(|| async {
+        slot.get_or_try_init(|| async {
             let state = state_dir(project);
             let registry = Registry::open(&state.join("threads"))
                 .await
@@ -68,7 +78,7 @@ impl Threads {
             }))
         })
         .await
-        .clone()
+        .cloned()
     }
 
     /// Starts recording a run of `item_id` with `parameters`: the record
@@ -84,7 +94,7 @@ impl Threads {
         let new = NewThread {
             item_type: "tool".into(),
             item_id: item_id.to_owned(),
-            params_hash: rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(parameters)).hex(),
+            params_hash: params_hash(parameters),
             chain: Value::Null,
             execution_mode: "sync".into(),
             parent_id: None,
@@ -105,6 +115,15 @@ impl Threads {
         Recording {
             id,
             started: Some(started),
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Waits for the records of runs dropped unfinished.
+    pub(crate) async fn flush(&self) {
+        let pending = std::mem::take(&mut *self.dropped.lock().expect("dropped runs lock"));
+        for handle in pending {
+            let _ = handle.await;
         }
     }
 }
@@ -116,6 +135,7 @@ type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 pub(crate) struct Recording {
     id: String,
     started: Option<Started>,
+    dropped: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 async fn joined(started: Started) -> Result<Arc<Recorder>, String> {
@@ -125,6 +145,16 @@ async fn joined(started: Started) -> Result<Arc<Recorder>, String> {
 }
 
 impl Recording {
+    /// The recording of a thread already started (by the host that handed
+    /// this one the run).
+    pub(crate) fn resumed(threads: &Threads, id: String, recorder: Arc<Recorder>) -> Self {
+        Self {
+            id,
+            started: Some(tokio::spawn(async move { Ok(recorder) })),
+            dropped: threads.dropped.clone(),
+        }
+    }
+
     pub(crate) fn id(&self) -> &str {
         &self.id
     }
@@ -187,7 +217,7 @@ impl Drop for Recording {
             chain: None,
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+            let handle = runtime.spawn(async move {
                 let Ok(recorder) = joined(started).await else {
                     return;
                 };
@@ -195,6 +225,9 @@ impl Drop for Recording {
                     tracing::warn!("thread {id}: {e}");
                 }
             });
+            let mut dropped = self.dropped.lock().expect("dropped runs lock");
+            dropped.retain(|h| !h.is_finished());
+            dropped.push(handle);
         }
     }
 }

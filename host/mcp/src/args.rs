@@ -78,9 +78,6 @@ impl ExecuteArgs {
                 self.thread
             ));
         }
-        if self.run_async {
-            return Some("async execution is not available on this host".into());
-        }
         None
     }
 }

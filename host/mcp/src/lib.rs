@@ -84,6 +84,11 @@ impl RyeServer {
             dry_run: args.dry_run,
             ..ExecuteRequest::new(args.item_type, args.item_id.clone())
         };
+        if args.run_async {
+            // The run goes on in a runner of its own, past this request
+            // and this client.
+            return self.rye.execute_async(&request).await;
+        }
         let started = Instant::now();
         let token = context.meta.get_progress_token();
         let run = self.rye.execute(&request);

@@ -90,6 +90,13 @@ pub fn init(runs_dir: Option<PathBuf>) -> usize {
     state().runs_dir.as_deref().map_or(0, stop_abandoned)
 }
 
+/// Stops what runs of dead hosts left behind in the runs folder (see
+/// [`init`]), as `init` does when a host starts: for a host that outlived
+/// one it killed. How many were stopped.
+pub fn stop_abandoned_runs() -> usize {
+    state().runs_dir.as_deref().map_or(0, stop_abandoned)
+}
+
 /// How runs are contained here.
 pub fn containment() -> Containment {
     if state().cgroup_parent.is_some() {
@@ -430,6 +437,11 @@ fn start_time(pid: i32) -> Option<u64> {
     // The command name may hold spaces and parentheses: fields are
     // counted after its closing parenthesis.
     let rest = &stat[stat.rfind(')')? + 2..];
+    // A zombie has ended (its parent has not reaped it yet; an init that
+    // reaps slowly leaves them for a while).
+    if rest.starts_with(['Z', 'X']) {
+        return None;
+    }
     rest.split(' ').nth(19)?.parse().ok()
 }
 

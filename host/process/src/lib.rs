@@ -24,6 +24,7 @@
 
 mod attach;
 mod contain;
+mod detach;
 #[cfg(target_os = "linux")]
 mod spawn;
 
@@ -34,7 +35,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 pub use attach::{Attached, Exit, attach};
-pub use contain::{Containment, RUN_MARKER, containment, init, settle, stop_all};
+pub use contain::{
+    Containment, RUN_MARKER, containment, init, settle, stop_abandoned_runs, stop_all,
+};
+pub use detach::{Signal, signal, spawn_detached};
 
 /// What to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -20,10 +20,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, ffi, params};
 use serde::Serialize;
-use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use serde_json::{Value, json};
 
 pub use process::ProcessIdentity;
 
@@ -85,7 +86,13 @@ pub enum ThreadError {
     Open {
         path: PathBuf,
         #[source]
-        source: sqlx::Error,
+        source: rusqlite::Error,
+    },
+    #[error("{path}: the thread registry's folder cannot be made: {source}")]
+    Folder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error(
         "{path}: the thread registry was written by a newer Rye (schema {found}, this one knows {known})"
@@ -96,7 +103,7 @@ pub enum ThreadError {
         known: i64,
     },
     #[error("the thread registry: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(#[from] rusqlite::Error),
     #[error("no thread {0}")]
     NotFound(String),
     #[error("thread {id} is {status}, not running; it ends only once")]
@@ -107,6 +114,8 @@ pub enum ThreadError {
     BadStatus(String),
     #[error("the registry holds a record it cannot read: {0}")]
     Corrupt(String),
+    #[error("the thread registry's worker stopped: {0}")]
+    Worker(String),
 }
 
 /// What a new thread records.
@@ -207,10 +216,19 @@ CREATE TABLE events (
 );
 "];
 
+/// How long a write waits for another process's write to finish.
+const BUSY_WAIT: Duration = Duration::from_secs(10);
+
 /// A project's thread registry.
+///
+/// One connection, shared by this process's callers. A statement runs on
+/// the caller's thread when the connection is free and no other process
+/// holds the write lock — tens of microseconds, less than handing it to
+/// another thread would cost; otherwise it goes to the blocking pool and
+/// waits there (at most [`BUSY_WAIT`]), never on the async runtime.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    pool: SqlitePool,
+    conn: Arc<Mutex<Connection>>,
     path: PathBuf,
 }
 
@@ -220,118 +238,152 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
 impl Registry {
     /// The registry in `dir` (`.ai/state/threads/`), made if missing, its
     /// schema brought up to date, and dead runs swept.
     pub async fn open(dir: &Path) -> Result<Self, ThreadError> {
+        let dir = dir.to_owned();
+        let registry = tokio::task::spawn_blocking(move || Self::open_blocking(&dir))
+            .await
+            .map_err(|e| ThreadError::Worker(e.to_string()))??;
+        registry.recover().await?;
+        Ok(registry)
+    }
+
+    fn open_blocking(dir: &Path) -> Result<Self, ThreadError> {
         let path = dir.join("registry.db");
+        std::fs::create_dir_all(dir).map_err(|source| ThreadError::Folder {
+            path: dir.to_owned(),
+            source,
+        })?;
         let open_error = |source| ThreadError::Open {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(|e| open_error(sqlx::Error::Io(e)))?;
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(open_error)?;
+        conn.busy_timeout(BUSY_WAIT).map_err(open_error)?;
+        // The journal mode is the file's, set by whoever comes first; the
+        // rest are this connection's. Changing it takes the file whole, and
+        // SQLite answers busy at once (not after the busy timeout) while
+        // another connection holds it, so this waits here.
+        let deadline = std::time::Instant::now() + BUSY_WAIT;
+        loop {
+            match conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())) {
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                done => break done.map_err(open_error)?,
+            }
+        }
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
             .map_err(open_error)?;
-        let registry = Self { pool, path };
-        registry.migrate().await?;
-        registry.recover().await?;
-        Ok(registry)
+        migrate(&conn, &path)?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    async fn migrate(&self) -> Result<(), ThreadError> {
-        let known = MIGRATIONS.len() as i64;
-        let mut conn = self.pool.acquire().await?;
-        if user_version(&mut conn).await? == known {
-            return Ok(());
-        }
-        // The write lock first, so two processes creating the registry at
-        // once wait for each other (a deferred transaction that reads and
-        // then writes would fail at once instead).
-        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-        let migrated = async {
-            let found = user_version(&mut conn).await?;
-            if found > known {
-                return Err(ThreadError::NewerSchema {
-                    path: self.path.clone(),
-                    found,
-                    known,
-                });
+    /// Runs `statement` on the connection: here when that is quick,
+    /// otherwise on the blocking pool. `statement` must change nothing when
+    /// it fails busy (one autocommit statement), since it is then run
+    /// again.
+    async fn run<T, F>(&self, statement: F) -> Result<T, ThreadError>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T, ThreadError> + Send + 'static,
+    {
+        if let Ok(conn) = self.conn.try_lock() {
+            conn.busy_timeout(Duration::ZERO)?;
+            let done = statement(&conn);
+            conn.busy_timeout(BUSY_WAIT)?;
+            match done {
+                Err(ThreadError::Db(e)) if is_busy(&e) => {}
+                done => return done,
             }
-            for step in &MIGRATIONS[found as usize..] {
-                sqlx::raw_sql(*step).execute(&mut *conn).await?;
-            }
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "PRAGMA user_version = {known}"
-            )))
-            .execute(&mut *conn)
-            .await?;
-            Ok(())
         }
-        .await;
-        let end = if migrated.is_ok() {
-            "COMMIT"
-        } else {
-            "ROLLBACK"
-        };
-        sqlx::raw_sql(end).execute(&mut *conn).await?;
-        migrated
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            statement(&conn)
+        })
+        .await
+        .map_err(|e| ThreadError::Worker(e.to_string()))?
     }
 
     /// Records a new running thread; its id.
     pub async fn start(&self, new: NewThread) -> Result<String, ThreadError> {
         let id = new.thread_id.clone().unwrap_or_else(new_thread_id);
-        let process = new.process.or_else(ProcessIdentity::current);
+        let process = new.process.clone().or_else(ProcessIdentity::current);
         let now = now_ms();
-        sqlx::query(
-            "INSERT INTO threads (thread_id, parent_id, item_type, item_id, params_hash, chain, status, \
-             execution_mode, created_at, updated_at, pid, pid_start, boot_id) \
-             VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&id)
-        .bind(&new.parent_id)
-        .bind(&new.item_type)
-        .bind(&new.item_id)
-        .bind(&new.params_hash)
-        .bind(new.chain.to_string())
-        .bind(&new.execution_mode)
-        .bind(now)
-        .bind(now)
-        .bind(process.as_ref().map(|p| i64::from(p.pid)))
-        .bind(process.as_ref().map(|p| p.start_ticks as i64))
-        .bind(process.as_ref().map(|p| p.boot_id.clone()))
-        .execute(&self.pool)
+        let chain = new.chain.to_string();
+        let recorded = id.clone();
+        self.run(move |conn| {
+            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+            tx.prepare_cached(
+                "INSERT INTO threads (thread_id, parent_id, item_type, item_id, params_hash, chain, status, \
+                 execution_mode, created_at, updated_at, pid, pid_start, boot_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                recorded,
+                new.parent_id,
+                new.item_type,
+                new.item_id,
+                new.params_hash,
+                chain,
+                new.execution_mode,
+                now,
+                process.as_ref().map(|p| i64::from(p.pid)),
+                process.as_ref().map(|p| p.start_ticks as i64),
+                process.as_ref().map(|p| p.boot_id.clone()),
+            ])?;
+            let detail = json!({"pid": process.as_ref().map(|p| p.pid)});
+            append_event(&tx, &recorded, now, "started", &detail)?;
+            tx.commit()?;
+            Ok(())
+        })
         .await?;
         Ok(id)
     }
 
     /// Hands a running thread to another process (a detached runner).
     pub async fn adopt(&self, id: &str, process: &ProcessIdentity) -> Result<(), ThreadError> {
-        let done = sqlx::query(
-            "UPDATE threads SET pid = ?, pid_start = ?, boot_id = ?, updated_at = ? \
-             WHERE thread_id = ? AND status = 'running'",
-        )
-        .bind(i64::from(process.pid))
-        .bind(process.start_ticks as i64)
-        .bind(&process.boot_id)
-        .bind(now_ms())
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
+        let (thread, process) = (id.to_owned(), process.clone());
+        let changed = self
+            .run(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "UPDATE threads SET pid = ?1, pid_start = ?2, boot_id = ?3, updated_at = ?4 \
+                         WHERE thread_id = ?5 AND status = 'running'",
+                    )?
+                    .execute(params![
+                        i64::from(process.pid),
+                        process.start_ticks as i64,
+                        process.boot_id,
+                        now_ms(),
+                        thread
+                    ])?)
+            })
+            .await?;
+        if changed == 0 {
             return Err(self.not_running(id).await);
         }
         Ok(())
@@ -339,21 +391,38 @@ impl Registry {
 
     /// Ends a running thread. Refused when it is not running any more.
     pub async fn finish(&self, id: &str, ending: Ending) -> Result<(), ThreadError> {
-        let now = now_ms();
-        let done = sqlx::query(
-            "UPDATE threads SET status = ?, finished_at = ?, updated_at = ?, result_hash = ?, error = ?, \
-             chain = COALESCE(?, chain) WHERE thread_id = ? AND status = 'running'",
-        )
-        .bind(ending.status.as_str())
-        .bind(now)
-        .bind(now)
-        .bind(&ending.result_hash)
-        .bind(&ending.error)
-        .bind(ending.chain.as_ref().map(Value::to_string))
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
+        let thread = id.to_owned();
+        let chain = ending.chain.as_ref().map(Value::to_string);
+        let changed = self
+            .run(move |conn| {
+                let now = now_ms();
+                let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+                let changed = tx
+                    .prepare_cached(
+                        "UPDATE threads SET status = ?1, finished_at = ?2, updated_at = ?2, result_hash = ?3, \
+                         error = ?4, chain = COALESCE(?5, chain) WHERE thread_id = ?6 AND status = 'running'",
+                    )?
+                    .execute(params![
+                        ending.status.as_str(),
+                        now,
+                        ending.result_hash,
+                        ending.error,
+                        chain,
+                        thread
+                    ])?;
+                if changed > 0 {
+                    let detail = json!({
+                        "status": ending.status,
+                        "result_hash": ending.result_hash,
+                        "error": ending.error,
+                    });
+                    append_event(&tx, &thread, now, "finished", &detail)?;
+                }
+                tx.commit()?;
+                Ok(changed)
+            })
+            .await?;
+        if changed == 0 {
             return Err(self.not_running(id).await);
         }
         Ok(())
@@ -371,13 +440,15 @@ impl Registry {
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<Thread>, ThreadError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM threads WHERE thread_id = ?"
-        )))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| thread(&row)).transpose()
+        let id = id.to_owned();
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM threads WHERE thread_id = ?1"
+            ))?;
+            let mut rows = statement.query([&id])?;
+            rows.next()?.map(thread).transpose()
+        })
+        .await
     }
 
     /// The newest threads first, at most `limit`, of one status if given.
@@ -386,15 +457,20 @@ impl Registry {
         status: Option<Status>,
         limit: u32,
     ) -> Result<Vec<Thread>, ThreadError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM threads WHERE (?1 IS NULL OR status = ?1) \
-             ORDER BY created_at DESC, rowid DESC LIMIT ?2"
-        )))
-        .bind(status.map(Status::as_str))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(thread).collect()
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM threads WHERE (?1 IS NULL OR status = ?1) \
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+            ))?;
+            let mut rows =
+                statement.query(params![status.map(Status::as_str), i64::from(limit)])?;
+            let mut threads = Vec::new();
+            while let Some(row) = rows.next()? {
+                threads.push(thread(row)?);
+            }
+            Ok(threads)
+        })
+        .await
     }
 
     /// Marks every running thread whose process is gone as `killed`; the
@@ -439,90 +515,138 @@ impl Registry {
 
     /// Appends an event to a thread's log; its sequence number.
     pub async fn event(&self, id: &str, kind: &str, detail: &Value) -> Result<i64, ThreadError> {
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO events (thread_id, seq, at, kind, detail) \
-             SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4 FROM events WHERE thread_id = ?1 \
-             RETURNING seq",
-        )
-        .bind(id)
-        .bind(now_ms())
-        .bind(kind)
-        .bind(detail.to_string())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| match e {
-            sqlx::Error::Database(ref db) if db.is_foreign_key_violation() => {
-                ThreadError::NotFound(id.to_owned())
-            }
-            other => ThreadError::Db(other),
-        })?;
-        Ok(seq)
+        let (thread, kind, detail) = (id.to_owned(), kind.to_owned(), detail.clone());
+        self.run(move |conn| append_event(conn, &thread, now_ms(), &kind, &detail))
+            .await
     }
 
     /// A thread's events after `after` (0: all), in order.
     pub async fn events(&self, id: &str, after: i64) -> Result<Vec<Event>, ThreadError> {
-        let rows = sqlx::query(
-            "SELECT seq, at, kind, detail FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq",
-        )
-        .bind(id)
-        .bind(after)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let detail: String = row.try_get("detail")?;
-                Ok(Event {
-                    seq: row.try_get("seq")?,
-                    at: row.try_get("at")?,
-                    kind: row.try_get("kind")?,
+        let id = id.to_owned();
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT seq, at, kind, detail FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq",
+            )?;
+            let mut rows = statement.query(params![id, after])?;
+            let mut events = Vec::new();
+            while let Some(row) = rows.next()? {
+                let detail: String = row.get("detail")?;
+                events.push(Event {
+                    seq: row.get("seq")?,
+                    at: row.get("at")?,
+                    kind: row.get("kind")?,
                     detail: serde_json::from_str(&detail)
                         .map_err(|e| ThreadError::Corrupt(e.to_string()))?,
-                })
-            })
-            .collect()
+                });
+            }
+            Ok(events)
+        })
+        .await
     }
 
     /// Removes the threads that finished before `cutoff_ms` (never a
     /// running one) with their events; the result hashes they held, for
     /// the store to let go of.
     pub async fn prune(&self, cutoff_ms: i64) -> Result<Vec<String>, ThreadError> {
-        let rows = sqlx::query(
-            "DELETE FROM threads WHERE status != 'running' AND finished_at < ? RETURNING result_hash",
-        )
-        .bind(cutoff_ms)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| {
-                row.try_get::<Option<String>, _>("result_hash")
-                    .ok()
-                    .flatten()
-            })
-            .collect())
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "DELETE FROM threads WHERE status != 'running' AND finished_at < ?1 RETURNING result_hash",
+            )?;
+            let mut rows = statement.query([cutoff_ms])?;
+            let mut hashes = Vec::new();
+            while let Some(row) = rows.next()? {
+                if let Some(hash) = row.get::<_, Option<String>>(0)? {
+                    hashes.push(hash);
+                }
+            }
+            Ok(hashes)
+        })
+        .await
     }
 
-    /// Closes the registry's connections.
+    /// Lets go of the connection (it closes when the last clone is dropped).
     pub async fn close(&self) {
-        self.pool.close().await;
+        let conn = self.conn.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            conn.flush_prepared_statement_cache();
+        })
+        .await;
     }
 }
 
-async fn user_version(conn: &mut sqlx::SqliteConnection) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("PRAGMA user_version")
-        .fetch_one(conn)
-        .await
+/// Appends an event to `thread`'s log; its sequence number.
+fn append_event(
+    conn: &Connection,
+    thread: &str,
+    at: i64,
+    kind: &str,
+    detail: &Value,
+) -> Result<i64, ThreadError> {
+    conn.prepare_cached(
+        "INSERT INTO events (thread_id, seq, at, kind, detail) \
+         SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4 FROM events WHERE thread_id = ?1 \
+         RETURNING seq",
+    )?
+    .query_row(params![thread, at, kind, detail.to_string()], |row| {
+        row.get(0)
+    })
+    .map_err(|e| {
+        let foreign_key = matches!(&e, rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == ffi::SQLITE_CONSTRAINT_FOREIGNKEY);
+        if foreign_key {
+            ThreadError::NotFound(thread.to_owned())
+        } else {
+            ThreadError::Db(e)
+        }
+    })
+}
+
+/// Brings the schema up to date (`PRAGMA user_version` counts the steps).
+fn migrate(conn: &Connection, path: &Path) -> Result<(), ThreadError> {
+    let known = MIGRATIONS.len() as i64;
+    let version = || -> Result<i64, ThreadError> {
+        Ok(conn.query_row("PRAGMA user_version", [], |row| row.get(0))?)
+    };
+    if version()? == known {
+        return Ok(());
+    }
+    // The write lock first, so two processes creating the registry at
+    // once wait for each other (a deferred transaction that reads and
+    // then writes would fail at once instead).
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let migrated = (|| {
+        let found = version()?;
+        if found > known {
+            return Err(ThreadError::NewerSchema {
+                path: path.to_owned(),
+                found,
+                known,
+            });
+        }
+        for step in &MIGRATIONS[found as usize..] {
+            conn.execute_batch(step)?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {known}"))?;
+        Ok(())
+    })();
+    conn.execute_batch(if migrated.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    })?;
+    migrated
 }
 
 const COLUMNS: &str = "thread_id, parent_id, item_type, item_id, params_hash, chain, status, execution_mode, \
                        created_at, updated_at, finished_at, pid, pid_start, boot_id, result_hash, error";
 
-fn thread(row: &sqlx::sqlite::SqliteRow) -> Result<Thread, ThreadError> {
-    let chain: String = row.try_get("chain")?;
-    let status: String = row.try_get("status")?;
-    let pid: Option<i64> = row.try_get("pid")?;
-    let pid_start: Option<i64> = row.try_get("pid_start")?;
-    let boot_id: Option<String> = row.try_get("boot_id")?;
+fn thread(row: &rusqlite::Row<'_>) -> Result<Thread, ThreadError> {
+    let chain: String = row.get("chain")?;
+    let status: String = row.get("status")?;
+    let pid: Option<i64> = row.get("pid")?;
+    let pid_start: Option<i64> = row.get("pid_start")?;
+    let boot_id: Option<String> = row.get("boot_id")?;
     let pid = pid.and_then(|p| u32::try_from(p).ok());
     let process = match (pid, pid_start, boot_id) {
         (Some(pid), Some(start), Some(boot_id)) => Some(ProcessIdentity {
@@ -533,20 +657,20 @@ fn thread(row: &sqlx::sqlite::SqliteRow) -> Result<Thread, ThreadError> {
         _ => None,
     };
     Ok(Thread {
-        thread_id: row.try_get("thread_id")?,
-        parent_id: row.try_get("parent_id")?,
-        item_type: row.try_get("item_type")?,
-        item_id: row.try_get("item_id")?,
-        params_hash: row.try_get("params_hash")?,
+        thread_id: row.get("thread_id")?,
+        parent_id: row.get("parent_id")?,
+        item_type: row.get("item_type")?,
+        item_id: row.get("item_id")?,
+        params_hash: row.get("params_hash")?,
         chain: serde_json::from_str(&chain).map_err(|e| ThreadError::Corrupt(e.to_string()))?,
         status: status.parse()?,
-        execution_mode: row.try_get("execution_mode")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        finished_at: row.try_get("finished_at")?,
+        execution_mode: row.get("execution_mode")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
+        finished_at: row.get("finished_at")?,
         pid,
-        result_hash: row.try_get("result_hash")?,
-        error: row.try_get("error")?,
+        result_hash: row.get("result_hash")?,
+        error: row.get("error")?,
         process,
     })
 }

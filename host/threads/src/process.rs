@@ -3,6 +3,8 @@
 //! record whose process is gone, or whose pid now names another process,
 //! or that was made before the last boot, is a dead run.
 
+use std::sync::OnceLock;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,9 +17,11 @@ pub struct ProcessIdentity {
 }
 
 impl ProcessIdentity {
-    /// This process.
+    /// This process (read once: its identity does not change while it
+    /// runs).
     pub fn current() -> Option<Self> {
-        Self::of(std::process::id())
+        static CURRENT: OnceLock<Option<ProcessIdentity>> = OnceLock::new();
+        CURRENT.get_or_init(|| Self::of(std::process::id())).clone()
     }
 
     /// Process `pid` as it is now, if it exists and has not exited.
@@ -39,10 +43,15 @@ impl ProcessIdentity {
     }
 }
 
+/// The boot's id, read once: a process outlives no boot.
 fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|id| id.trim().to_owned())
+    static BOOT: OnceLock<Option<String>> = OnceLock::new();
+    BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|id| id.trim().to_owned())
+    })
+    .clone()
 }
 
 /// The state letter and start time of `pid`. The command name in the

@@ -40,7 +40,12 @@ async fn a_thread_runs_logs_and_ends_once() {
     assert_eq!(running.pid, Some(std::process::id()));
     assert_eq!(running.chain, json!([{"item_id": "demo/echo"}]));
 
-    for (kind, n) in [("started", 1), ("progress", 2), ("output", 3)] {
+    // Starting logs `started` with the process; the run adds its own.
+    let first = registry.events(&id, 0).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].kind, "started");
+    assert_eq!(first[0].detail, json!({"pid": std::process::id()}));
+    for (kind, n) in [("progress", 2), ("output", 3)] {
         let seq = registry.event(&id, kind, &json!({"n": n})).await.unwrap();
         assert_eq!(seq, n);
     }
@@ -56,6 +61,14 @@ async fn a_thread_runs_logs_and_ends_once() {
     assert_eq!(done.status, Status::Completed);
     assert_eq!(done.result_hash.as_deref(), Some("ab"));
     assert!(done.finished_at.is_some_and(|t| t >= done.created_at));
+    // Finishing logs `finished` with the ending, in the same write.
+    let last = registry.events(&id, 3).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].kind, "finished");
+    assert_eq!(
+        last[0].detail,
+        json!({"status": "completed", "result_hash": "ab", "error": null})
+    );
     // Once only: a late cancel or a second finish is refused.
     match registry.finish(&id, completed("cd")).await {
         Err(ThreadError::NotRunning { status, .. }) => assert_eq!(status, Status::Completed),
@@ -147,8 +160,13 @@ async fn a_runner_killed_mid_run_is_marked_killed_on_the_next_open() {
             .contains(&format!("pid {pid}")),
         "{killed:?}"
     );
-    // Its log is kept.
-    assert_eq!(registry.events(&id, 0).await.unwrap().len(), 1);
+    // Its log is kept, and says how it ended.
+    let log = registry.events(&id, 0).await.unwrap();
+    assert_eq!(
+        log.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["started", "started", "finished"]
+    );
+    assert_eq!(log[2].detail["status"], "killed");
 
     // A record from another boot, or whose pid now names another process,
     // is swept too; one of a live process is not.
