@@ -198,6 +198,13 @@ impl<S: Storage> Cas<S> {
         Ok(Some(bytes))
     }
 
+    /// Removes `hash` of `class` from the store (nothing when it is not
+    /// there). The caller knows nothing else refers to it.
+    pub async fn delete(&self, class: Class, hash: &ContentHash) -> Result<(), CasError> {
+        let key = class.key(hash);
+        self.storage.delete(&key).await.map_err(|e| io(&key, e))
+    }
+
     /// Whether the store holds `hash` as a blob or an object.
     pub async fn has(&self, hash: &ContentHash) -> Result<Option<Class>, CasError> {
         for class in [Class::Blob, Class::Object] {

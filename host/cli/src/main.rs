@@ -438,6 +438,23 @@ enum ThreadsAction {
     },
     /// One thread: its record, its stored result and its events.
     Show { thread_id: String },
+    /// A thread's events, in order.
+    Steps { thread_id: String },
+    /// Print a thread's events as they are written, one JSON line each,
+    /// until it ends (or the timeout passes).
+    Tail {
+        thread_id: String,
+        /// Seconds to follow at most.
+        #[arg(long, default_value_t = 3600.0)]
+        timeout: f64,
+    },
+    /// Remove the threads that finished longer ago than --older-than,
+    /// with their events and stored results (never a running one).
+    Prune {
+        /// An age: a number with s, m, h or d (30d, 12h, 90m, 45s).
+        #[arg(long, default_value = "30d", value_name = "AGE")]
+        older_than: String,
+    },
     /// Wait until a thread ends (or the timeout passes); show it.
     Wait {
         thread_id: String,
@@ -457,6 +474,69 @@ enum ThreadsAction {
     /// recorded it).
     #[command(hide = true)]
     Run { thread_id: String },
+    /// One of list, status, cancel or steps with its parameters as JSON on
+    /// stdin ({"status", "limit"} / {"run_id"} / {"run_id", "grace"} /
+    /// {"run_id"}), answered in JSON. The system tools
+    /// rye/core/processes/* run this.
+    Manage { action: String },
+}
+
+/// The parameters `rye threads manage` reads.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ThreadsRequest {
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    grace: Option<f64>,
+}
+
+impl ThreadsRequest {
+    /// The action `action` asks for with the parameters on `input`.
+    fn read(action: &str, input: impl std::io::Read) -> anyhow::Result<ThreadsAction> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        input
+            .take(MANAGE_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .context("reading the parameters on stdin")?;
+        anyhow::ensure!(
+            text.len() as u64 <= MANAGE_REQUEST_BYTES,
+            "the parameters on stdin are over {MANAGE_REQUEST_BYTES} bytes"
+        );
+        let request: Self = if text.trim().is_empty() {
+            serde_json::from_str("{}")?
+        } else {
+            serde_json::from_str(&text).context("the parameters on stdin are not valid")?
+        };
+        let run_id = || {
+            request
+                .run_id
+                .clone()
+                .with_context(|| format!("{action} needs a \"run_id\""))
+        };
+        Ok(match action {
+            "list" => ThreadsAction::List {
+                status: request.status.clone(),
+                limit: request.limit.unwrap_or(20),
+            },
+            "status" => ThreadsAction::Show {
+                thread_id: run_id()?,
+            },
+            "steps" => ThreadsAction::Steps {
+                thread_id: run_id()?,
+            },
+            "cancel" => ThreadsAction::Cancel {
+                thread_id: run_id()?,
+                grace: request.grace.unwrap_or(5.0),
+            },
+            other => anyhow::bail!("the action is list, status, cancel or steps, not {other:?}"),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -766,8 +846,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             output::json(&mut out, &result)?;
             out.flush()?;
-            // What the run left for the reaper (a sweep, a cgroup to
-            // remove) is done before the process ends.
+            // The run's record is written, and what the run left for the
+            // reaper (a sweep, a cgroup to remove) done, before the process
+            // ends.
+            runtime.block_on(rye.flush_threads());
             rye_host::runs::settle(std::time::Duration::from_secs(2));
             if result["status"] == "error" {
                 return Err(Failed.into());
@@ -901,6 +983,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(until_signal(&rye, rye.run_detached(&thread_id, &run)))
                 .map_err(anyhow::Error::msg)?;
             rye_host::runs::settle(std::time::Duration::from_secs(2));
+        }
+        Command::Threads {
+            action: ThreadsAction::Manage { action },
+        } => {
+            let project = project.context("a project folder")?;
+            let action = ThreadsRequest::read(&action, std::io::stdin().lock())?;
+            contain_runs();
+            threads(&rye, &project, action, &mut out, true)?;
         }
         Command::Threads { action } => {
             let project = project.context("a project folder")?;
@@ -1282,7 +1372,50 @@ fn threads(
                 .map_err(anyhow::Error::msg)?;
             output::json(out, &cancelled)?;
         }
-        ThreadsAction::Run { .. } => unreachable!("a runner is handled before"),
+        ThreadsAction::Steps { thread_id } => {
+            let view = runtime
+                .block_on(rye.thread(project, &thread_id))
+                .map_err(anyhow::Error::msg)?;
+            output::json(
+                out,
+                &serde_json::json!({"run_id": thread_id, "status": view.thread.status, "steps": view.events}),
+            )?;
+        }
+        ThreadsAction::Tail { thread_id, timeout } => {
+            let thread = runtime
+                .block_on(rye.tail_thread(
+                    project,
+                    &thread_id,
+                    0,
+                    seconds("timeout", timeout)?,
+                    |event| {
+                        serde_json::to_writer(&mut *out, event)?;
+                        writeln!(out)?;
+                        out.flush()
+                    },
+                ))
+                .map_err(anyhow::Error::msg)?;
+            if thread.status == rye_host::ThreadStatus::Running {
+                anyhow::bail!("thread {thread_id} is still running after {timeout} s");
+            }
+        }
+        ThreadsAction::Prune { older_than } => {
+            let pruned = runtime
+                .block_on(rye.prune_threads(project, age(&older_than)?))
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                output::json(out, &pruned)?;
+            } else {
+                writeln!(
+                    out,
+                    "removed {} thread(s) and {} stored result(s)",
+                    pruned.threads, pruned.objects
+                )?;
+            }
+        }
+        ThreadsAction::Run { .. } | ThreadsAction::Manage { .. } => {
+            unreachable!("handled before")
+        }
     }
     Ok(())
 }
@@ -1293,6 +1426,27 @@ fn seconds(what: &str, value: f64) -> anyhow::Result<std::time::Duration> {
         .ok()
         .filter(|d| d.as_secs() <= 86_400 * 365)
         .with_context(|| format!("--{what} {value} is not a number of seconds"))
+}
+
+/// An age given as a number and a unit: `30d`, `12h`, `90m`, `45s`.
+fn age(text: &str) -> anyhow::Result<std::time::Duration> {
+    let bad = || format!("--older-than {text:?} is not an age such as 30d, 12h, 90m or 45s");
+    let unit = text.chars().last().with_context(bad)?;
+    let scale = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        _ => anyhow::bail!(bad()),
+    };
+    let number: f64 = text[..text.len() - 1]
+        .trim()
+        .parse()
+        .ok()
+        .with_context(bad)?;
+    std::time::Duration::try_from_secs_f64(number * scale)
+        .ok()
+        .with_context(bad)
 }
 
 /// The runtime a one-shot command runs on.

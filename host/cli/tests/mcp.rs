@@ -336,6 +336,175 @@ fn cancelling_an_execute_kills_the_sleeping_tool() {
     assert_eq!(cancelled.as_array().unwrap().len(), 1, "{cancelled:#}");
 }
 
+#[test]
+fn an_async_execute_returns_at_once_and_outlives_its_client() {
+    let env = Env::new();
+    let gate = env.project.path().join("gate");
+    let command = format!(
+        "while [ ! -e {gate} ]; do sleep 0.02; done; echo after the client left",
+        gate = gate.display()
+    );
+    let (thread_id, runner) = runtime().block_on(async {
+        let client = env.client().await;
+        let execute = |arguments: Value| client.call_tool(call("execute", arguments));
+        let started = execute(json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": command}, "async": true}))
+            .await
+            .unwrap();
+        assert_ne!(started.is_error, Some(true), "{started:?}");
+        let body = started.structured_content.unwrap();
+        assert_eq!(body["async"], true, "{body:#}");
+        assert_eq!(body["state"], "running");
+        let thread_id = body["thread_id"].as_str().unwrap().to_owned();
+        let runner = body["pid"].as_u64().unwrap() as u32;
+
+        // An agent looks at it through execute.
+        let status = execute(json!({"item_type": "tool", "item_id": "rye/core/processes/status", "project_path": env.project(), "parameters": {"run_id": thread_id}}))
+            .await
+            .unwrap();
+        let status = status.structured_content.unwrap();
+        assert_eq!(status["data"]["status"], "running", "{status:#}");
+        assert_eq!(status["data"]["pid"], runner);
+
+        // The original's refusals, each naming why.
+        for (arguments, why) in [
+            (json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "dry_run": true, "async": true}), "dry_run"),
+            (json!({"item_type": "knowledge", "item_id": "rye/any", "project_path": env.project(), "async": true}), "knowledge"),
+            (json!({"item_type": "directive", "item_id": "rye/any", "project_path": env.project(), "async": true}), "inline directive"),
+        ] {
+            let refused = execute(arguments).await.unwrap();
+            assert_eq!(refused.is_error, Some(true));
+            let body = refused.structured_content.unwrap();
+            assert!(body["error"].as_str().unwrap().contains(why), "{body:#}");
+        }
+        // The client goes away, and its server with it.
+        client.cancel().await.unwrap();
+        (thread_id, runner)
+    });
+    assert!(!process_gone(runner), "the runner ended with its client");
+    std::fs::write(&gate, "").unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    env.configure(&mut command);
+    let out = command
+        .args(["threads", "wait", &thread_id, "--timeout", "60"])
+        .output()
+        .unwrap();
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["result"]["data"]["stdout"], "after the client left\n",
+        "{done:#}"
+    );
+}
+
+/// A client that keeps the URIs of resource-updated notifications.
+#[derive(Clone, Default)]
+struct Updates {
+    uris: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    arrived: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl rmcp::ClientHandler for Updates {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.uris.lock().unwrap().push(params.uri);
+        self.arrived.notify_one();
+    }
+}
+
+#[test]
+#[expect(
+    deprecated,
+    reason = "resources/subscribe is how clients before protocol 2026-07-28 subscribe, and what rye serves"
+)]
+fn a_subscribed_thread_resource_tells_its_end() {
+    let env = Env::new();
+    let gate = env.project.path().join("gate");
+    let command = format!(
+        "while [ ! -e {gate} ]; do sleep 0.02; done; echo told",
+        gate = gate.display()
+    );
+    runtime().block_on(async {
+        let updates = Updates::default();
+        let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+        serve.args(["--project", &env.project(), "serve"]);
+        env.configure(serve.as_std_mut());
+        let client = updates
+            .clone()
+            .serve(TokioChildProcess::new(serve).unwrap())
+            .await
+            .unwrap();
+        let templates = client.list_resource_templates(None).await.unwrap();
+        assert!(
+            templates
+                .resource_templates
+                .iter()
+                .any(|t| t.uri_template == "rye://threads/{thread_id}"),
+            "{templates:?}"
+        );
+        let started = client
+            .call_tool(call("execute", json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": env.project(), "parameters": {"command": command}, "async": true})))
+            .await
+            .unwrap();
+        let id = started.structured_content.unwrap()["thread_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let uri = format!("rye://threads/{id}");
+        let read = |uri: String| {
+            let client = &client;
+            async move {
+                let read = client
+                    .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+                    .await
+                    .unwrap();
+                let rmcp::model::ResourceContents::TextResourceContents { text, .. } =
+                    &read.contents[0]
+                else {
+                    panic!("{read:?}")
+                };
+                serde_json::from_str::<Value>(text).unwrap()
+            }
+        };
+        assert_eq!(read(uri.clone()).await["status"], "running");
+        client
+            .subscribe(rmcp::model::SubscribeRequestParams::new(uri.clone()))
+            .await
+            .unwrap();
+        // Unknown threads and other resources cannot be subscribed to.
+        for bad in ["rye://threads/no-such-thread", "rye://knowledge/x"] {
+            assert!(
+                client
+                    .subscribe(rmcp::model::SubscribeRequestParams::new(bad))
+                    .await
+                    .is_err(),
+                "{bad}"
+            );
+        }
+
+        std::fs::write(&gate, "").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                updates.arrived.notified().await;
+                let done = read(uri.clone()).await;
+                if done["status"] != "running" {
+                    return done;
+                }
+            }
+        })
+        .await
+        .map(|done| {
+            assert_eq!(done["status"], "completed", "{done:#}");
+            assert_eq!(done["result"]["data"]["stdout"], "told\n");
+        })
+        .expect("no update said the thread ended");
+        assert!(updates.uris.lock().unwrap().iter().all(|u| *u == uri));
+        client.cancel().await.unwrap();
+    });
+}
+
 async fn wait_for_pid(path: &Path) -> u32 {
     for _ in 0..500 {
         if let Ok(text) = std::fs::read_to_string(path)
@@ -560,6 +729,11 @@ fn over_http_the_python_client_works_200_concurrent_calls_answer_and_cancelling_
     let report = run("stress.py", &[&server.url, &project, "200"]);
     assert!(report.contains("\"failures\": 0"), "{report}");
     eprintln!("stress: {report}");
+    // 200 async runs at once: each its own thread, with its own output.
+    let report = run("async_stress.py", &[&server.url, &project, "200"]);
+    assert!(report.contains("\"failures\": 0"), "{report}");
+    assert!(report.contains("\"threads\": 200"), "{report}");
+    eprintln!("async stress: {report}");
     let pidfile = p.join("sleeper.pid").display().to_string();
     let report = run("cancel.py", &[&server.url, &project, &pidfile]);
     assert!(report.contains("killed"), "{report}");

@@ -508,3 +508,82 @@ fn a_runner_is_no_door_to_someone_elses_thread() {
         assert!(!marker.exists());
     }
 }
+
+#[test]
+fn prune_removes_ended_threads_and_their_results_never_running_ones() {
+    let env = Env::new();
+    let ran = env.execute("rye/bash/bash", json!({"command": "echo old"}));
+    let old = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
+    let hash = env.json(&["threads", "show", &old])["result_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let object = env.project.path().join(format!(
+        ".ai/state/objects/objects/{}/{}/{hash}.json",
+        &hash[..2],
+        &hash[2..4]
+    ));
+    assert!(object.is_file());
+    let gate = env.project.path().join("gate");
+    let running = env.start_async(&format!(
+        "while [ ! -e {} ]; do sleep 0.02; done",
+        gate.display()
+    ));
+    let running = running["thread_id"].as_str().unwrap().to_owned();
+
+    // Nothing is old enough by default.
+    let kept = env.json(&["--json", "threads", "prune"]);
+    assert_eq!(kept, json!({"threads": 0, "objects": 0}));
+    let pruned = env.json(&["--json", "threads", "prune", "--older-than", "0s"]);
+    assert_eq!(pruned, json!({"threads": 1, "objects": 1}), "{pruned:#}");
+    assert!(!object.exists());
+    let out = env.rye(&["threads", "show", &old]);
+    assert!(!out.status.success());
+    assert_eq!(env.status(&running), "running");
+
+    std::fs::write(&gate, "").unwrap();
+    let done = env.json(&["threads", "wait", &running]);
+    assert_eq!(done["status"], "completed");
+    for bad in ["30", "x", "-1d", "1w", ""] {
+        let out = env.rye(&["threads", "prune", &format!("--older-than={bad}")]);
+        assert!(!out.status.success(), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is not an age"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn tail_follows_an_async_run_live_until_it_ends() {
+    let env = Env::new();
+    let gate = env.project.path().join("gate");
+    let started = env.start_async(&format!(
+        "while [ ! -e {} ]; do sleep 0.02; done; echo out",
+        gate.display()
+    ));
+    let id = started["thread_id"].as_str().unwrap().to_owned();
+    let mut tail = env
+        .command(&["threads", "tail", &id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(tail.stdout.take().unwrap()));
+    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    assert_eq!(next()["kind"], "started");
+    // The run is still going: the runner says so while it waits.
+    let progress = next();
+    assert_eq!(progress["kind"], "progress", "{progress}");
+    assert!(progress["detail"]["elapsed_ms"].as_u64().unwrap() >= 1000);
+    std::fs::write(&gate, "").unwrap();
+    let finished = loop {
+        let event = next();
+        if event["kind"] != "progress" {
+            break event;
+        }
+    };
+    assert_eq!(finished["kind"], "finished", "{finished}");
+    assert_eq!(finished["detail"]["status"], "completed");
+    assert!(tail.wait().unwrap().success());
+}

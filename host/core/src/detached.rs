@@ -36,6 +36,9 @@ pub const MAX_REQUEST_BYTES: u64 = 16 << 20;
 /// told otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
+/// How often a runner writes a `progress` event while its run goes on.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
 /// What a runner reads on stdin: the run, and the settings of the host
 /// that asked which the environment the runner inherits does not carry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -298,14 +301,31 @@ impl Rye {
             dry_run: false,
             trace: run.trace,
         };
-        let recording = Recording::resumed(&self.threads, thread_id.to_owned(), recorder);
-        Ok(self
-            .run_tool(&request, Instant::now(), Some(recording))
-            .await)
+        let begun = Instant::now();
+        let recording = Recording::resumed(&self.threads, thread_id.to_owned(), recorder.clone());
+        let run = self.run_tool(&request, begun, Some(recording));
+        tokio::pin!(run);
+        // A run that takes a while says so in its log, for `tail` and
+        // subscribers.
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        let result = loop {
+            tokio::select! {
+                result = &mut run => break result,
+                _ = ticks.tick() => {
+                    let detail = json!({"elapsed_ms": begun.elapsed().as_millis() as u64});
+                    if let Err(e) = recorder.registry.event(thread_id, "progress", &detail).await {
+                        tracing::warn!("thread {thread_id}: {e}");
+                    }
+                }
+            }
+        };
+        self.threads.flush().await;
+        Ok(result)
     }
 
-    /// Waits until the records of runs dropped unfinished (cancelled) are
-    /// written: for a process about to exit.
+    /// Waits until the records of the runs that returned (or were dropped
+    /// unfinished) are written: for a process about to exit.
     pub async fn flush_threads(&self) {
         self.threads.flush().await;
     }
@@ -318,6 +338,7 @@ impl Rye {
         id: &str,
         grace: Duration,
     ) -> Result<Cancelled, String> {
+        self.threads.flush().await;
         let recorder = self.threads.recorder(project).await?;
         let thread = get(&recorder, id).await?;
         if thread.status != Status::Running {
@@ -399,13 +420,41 @@ impl Rye {
         id: &str,
         timeout: Duration,
     ) -> Result<ThreadView, String> {
+        self.tail_thread(project, id, i64::MAX, timeout, |_| Ok(()))
+            .await?;
+        self.thread(project, id).await
+    }
+
+    /// Follows thread `id`: calls `each` with every event after `after`
+    /// as it is written, until the thread has ended and its last event is
+    /// out (or `timeout` passes). The thread as it is then.
+    pub async fn tail_thread(
+        &self,
+        project: &Path,
+        id: &str,
+        mut after: i64,
+        timeout: Duration,
+        mut each: impl FnMut(&rye_threads::Event) -> std::io::Result<()>,
+    ) -> Result<rye_threads::Thread, String> {
+        self.threads.flush().await;
         let recorder = self.threads.recorder(project).await?;
         let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_millis(2);
+        let mut pause = Duration::from_millis(5);
         loop {
+            // The status first: every event written before it ended is
+            // then in the read that follows.
             let thread = get(&recorder, id).await?;
+            let events = recorder
+                .registry
+                .events(id, after)
+                .await
+                .map_err(|e| e.to_string())?;
+            for event in &events {
+                each(event).map_err(|e| e.to_string())?;
+                after = event.seq;
+            }
             if thread.status != Status::Running || Instant::now() >= deadline {
-                return self.thread(project, id).await;
+                return Ok(thread);
             }
             // A runner that died is found here, not left running.
             if thread.process.as_ref().is_some_and(|p| !p.is_alive()) {
@@ -416,8 +465,13 @@ impl Rye {
                     .map_err(|e| e.to_string())?;
                 continue;
             }
-            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
+            if events.is_empty() {
+                tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now())))
+                    .await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            } else {
+                pause = Duration::from_millis(5);
+            }
         }
     }
 }

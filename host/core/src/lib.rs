@@ -73,7 +73,7 @@ pub use reply::{
 };
 pub use rye::Rye;
 pub use rye_threads::{Status as ThreadStatus, Thread};
-pub use thread_view::ThreadView;
+pub use thread_view::{Pruned, ThreadView};
 
 /// How many bundled components the build compiled into the binary, and
 /// their machine code's bytes.

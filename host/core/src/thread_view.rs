@@ -16,7 +16,52 @@ pub struct ThreadView {
     pub events: Vec<rye_threads::Event>,
 }
 
+/// What `rye threads prune` removed.
+#[derive(Debug, serde::Serialize)]
+pub struct Pruned {
+    /// Threads removed, with their events.
+    pub threads: usize,
+    /// Result objects removed with them.
+    pub objects: usize,
+}
+
 impl crate::Rye {
+    /// Removes the project's threads that finished more than `age` ago
+    /// (never a running one), their events and their stored results.
+    pub async fn prune_threads(
+        &self,
+        project: &Path,
+        age: std::time::Duration,
+    ) -> Result<Pruned, String> {
+        self.threads.flush().await;
+        let recorder = self.threads.recorder(project).await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| e.to_string())?;
+        let cutoff = now.saturating_sub(age).as_millis() as i64;
+        let released = recorder
+            .registry
+            .prune(cutoff)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut objects = 0;
+        let mut threads = 0;
+        for hash in &released {
+            threads += 1;
+            // Each result object names its thread, so no other refers to it.
+            let Some(Ok(hash)) = hash.as_deref().map(str::parse::<rye_cas::ContentHash>) else {
+                continue;
+            };
+            recorder
+                .cas
+                .delete(rye_cas::Class::Object, &hash)
+                .await
+                .map_err(|e| e.to_string())?;
+            objects += 1;
+        }
+        Ok(Pruned { threads, objects })
+    }
+
     /// The project's threads, newest first.
     pub async fn threads(
         &self,
@@ -24,6 +69,7 @@ impl crate::Rye {
         status: Option<Status>,
         limit: u32,
     ) -> Result<Vec<rye_threads::Thread>, String> {
+        self.threads.flush().await;
         let recorder = self.threads.recorder(project).await?;
         recorder
             .registry
@@ -34,6 +80,7 @@ impl crate::Rye {
 
     /// One thread of the project, with its result and events.
     pub async fn thread(&self, project: &Path, id: &str) -> Result<ThreadView, String> {
+        self.threads.flush().await;
         let recorder = self.threads.recorder(project).await?;
         let thread = recorder
             .registry

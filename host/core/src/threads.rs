@@ -30,13 +30,22 @@ pub(crate) struct Recorder {
 
 type Slot = Arc<OnceCell<Arc<Recorder>>>;
 
+type Writing = Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+/// Keeps `task` among the records being written.
+fn writing(list: &Writing, task: tokio::task::JoinHandle<()>) {
+    let mut list = list.lock().expect("records being written lock");
+    list.retain(|t| !t.is_finished());
+    list.push(task);
+}
+
 /// The recorders of the projects this host has run tools in, each opened
 /// once (opening sweeps dead runs).
 pub(crate) struct Threads {
     enabled: bool,
     open: Mutex<HashMap<PathBuf, Slot>>,
-    /// The records of runs dropped unfinished, being written.
-    dropped: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    /// Records being written after their runs returned.
+    writing: Writing,
 }
 
 /// The parameters' address: SHA-256 of their canonical JSON.
@@ -49,7 +58,7 @@ impl Threads {
         Self {
             enabled,
             open: Mutex::default(),
-            dropped: Arc::default(),
+            writing: Arc::default(),
         }
     }
 
@@ -115,15 +124,17 @@ impl Threads {
         Recording {
             id,
             started: Some(started),
-            dropped: self.dropped.clone(),
+            writing: self.writing.clone(),
         }
     }
 
-    /// Waits for the records of runs dropped unfinished.
+    /// Waits until the records of the runs that returned are written: for
+    /// a reader that must see them, and a process about to exit.
     pub(crate) async fn flush(&self) {
-        let pending = std::mem::take(&mut *self.dropped.lock().expect("dropped runs lock"));
-        for handle in pending {
-            let _ = handle.await;
+        let pending =
+            std::mem::take(&mut *self.writing.lock().expect("records being written lock"));
+        for task in pending {
+            let _ = task.await;
         }
     }
 }
@@ -135,7 +146,7 @@ type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 pub(crate) struct Recording {
     id: String,
     started: Option<Started>,
-    dropped: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    writing: Writing,
 }
 
 async fn joined(started: Started) -> Result<Arc<Recorder>, String> {
@@ -151,7 +162,7 @@ impl Recording {
         Self {
             id,
             started: Some(tokio::spawn(async move { Ok(recorder) })),
-            dropped: threads.dropped.clone(),
+            writing: threads.writing.clone(),
         }
     }
 
@@ -159,7 +170,10 @@ impl Recording {
         &self.id
     }
 
-    /// Stores `result` and ends the thread with the status it shows.
+    /// Ends the thread with the status `result` shows, storing the result:
+    /// once the thread is known to be recorded, the writing goes on after
+    /// this returns (this host's readers wait for it; see
+    /// [`Threads::flush`]). An error when the thread could not be recorded.
     pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
         let Some(started) = self.started.take() else {
             return Ok(());
@@ -171,37 +185,49 @@ impl Recording {
             _ if timed_out => Status::TimedOut,
             _ => Status::Error,
         };
-        let mut fields = Map::new();
-        fields.insert("thread_id".into(), json!(id));
-        fields.insert("result".into(), result.clone());
-        let stored = recorder
-            .cas
-            .put_object(&rye_cas::object("execution_result", fields))
-            .await;
-        let (result_hash, store_error) = match stored {
-            Ok(hash) => (Some(hash.hex()), None),
-            Err(e) => (None, Some(format!("the result was not stored: {e}"))),
-        };
-        let error = result
-            .get("error")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or(store_error.clone());
-        recorder
-            .registry
-            .finish(
-                &id,
-                Ending {
-                    status,
-                    result_hash,
-                    error,
-                    chain: result.get("chain").cloned(),
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        store_error.map_or(Ok(()), Err)
+        let result = result.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = store(&recorder, &id, status, result).await {
+                tracing::warn!("thread {id}: {e}");
+            }
+        });
+        writing(&self.writing, task);
+        Ok(())
     }
+}
+
+/// Stores `result` and ends thread `id` with `status`.
+async fn store(recorder: &Recorder, id: &str, status: Status, result: Value) -> Result<(), String> {
+    let error = result
+        .get("error")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let chain = result.get("chain").cloned();
+    let mut fields = Map::new();
+    fields.insert("thread_id".into(), json!(id));
+    fields.insert("result".into(), result);
+    let stored = recorder
+        .cas
+        .put_object(&rye_cas::object("execution_result", fields))
+        .await;
+    let (result_hash, store_error) = match stored {
+        Ok(hash) => (Some(hash.hex()), None),
+        Err(e) => (None, Some(format!("the result was not stored: {e}"))),
+    };
+    recorder
+        .registry
+        .finish(
+            id,
+            Ending {
+                status,
+                result_hash,
+                error: error.or(store_error.clone()),
+                chain,
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    store_error.map_or(Ok(()), Err)
 }
 
 impl Drop for Recording {
@@ -225,9 +251,7 @@ impl Drop for Recording {
                     tracing::warn!("thread {id}: {e}");
                 }
             });
-            let mut dropped = self.dropped.lock().expect("dropped runs lock");
-            dropped.retain(|h| !h.is_finished());
-            dropped.push(handle);
+            writing(&self.writing, handle);
         }
     }
 }

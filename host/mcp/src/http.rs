@@ -215,7 +215,8 @@ pub async fn serve_http(
     manager.session_config.keep_alive = Some(options.session_idle + options.session_idle / 2);
     let manager = Arc::new(manager);
     let shared_rye = server.rye.clone();
-    let service = StreamableHttpService::new(move || Ok(server.clone()), manager.clone(), config);
+    let service =
+        StreamableHttpService::new(move || Ok(server.for_session()), manager.clone(), config);
     let shared = Arc::new(Shared {
         service,
         manager,

@@ -24,6 +24,7 @@ mod framing;
 mod http;
 pub mod jsonrpc;
 mod schema;
+mod threads;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,9 +32,10 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -44,6 +46,7 @@ pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
 pub use catalog::KNOWLEDGE_URI;
 pub use framing::{LineTransport, MAX_LINE};
 pub use http::{ENDPOINT, HttpOptions, serve_http};
+pub use threads::THREAD_URI;
 
 /// How often a long `execute` reports progress to a client that asked.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -53,13 +56,29 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 pub struct RyeServer {
     rye: Arc<Rye>,
     /// The project whose directives and knowledge are listed as prompts
-    /// and resources (tools name theirs per call).
+    /// and resources (tools name theirs per call), and whose threads are
+    /// resources.
     project: Option<PathBuf>,
+    /// The thread resources this client subscribed to.
+    subscriptions: threads::Subscriptions,
 }
 
 impl RyeServer {
     pub fn new(rye: Arc<Rye>) -> Self {
-        Self { rye, project: None }
+        Self {
+            rye,
+            project: None,
+            subscriptions: threads::Subscriptions::default(),
+        }
+    }
+
+    /// The server for a new client: the same host and project, no
+    /// subscriptions.
+    pub(crate) fn for_session(&self) -> Self {
+        Self {
+            subscriptions: threads::Subscriptions::default(),
+            ..self.clone()
+        }
     }
 
     /// Lists this project's directives and knowledge (with the user and
@@ -212,6 +231,7 @@ impl ServerHandler for RyeServer {
                 .enable_prompts_list_changed()
                 .enable_resources()
                 .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .build(),
         )
             .with_server_info(Implementation::new("rye", env!("CARGO_PKG_VERSION")))
@@ -267,14 +287,64 @@ impl ServerHandler for RyeServer {
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            threads::template(),
+        ]))
+    }
+
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if threads::is_thread(&request.uri) {
+            return threads::read(&self.rye, self.project.as_ref(), &request.uri)
+                .await
+                .map(Into::into);
+        }
         catalog::resource(&self.rye, self.project.as_ref(), &request.uri)
             .await
             .map(Into::into)
+    }
+
+    /// `resources/subscribe`, as the clients of the protocol versions
+    /// before 2026-07-28 send it.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if !threads::is_thread(&request.uri) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "{:?}: only threads ({THREAD_URI}<id>) can be subscribed to",
+                    request.uri
+                ),
+                None,
+            ));
+        }
+        self.subscriptions
+            .subscribe(
+                self.rye.clone(),
+                self.project.as_ref(),
+                request.uri,
+                context.peer,
+            )
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -394,7 +464,10 @@ pub async fn serve_stdio(server: RyeServer) -> anyhow::Result<()> {
     sweep_mcp_sessions(&server.rye);
     let (read, write) = stdio();
     let transport = LineTransport::new(read, write);
+    let rye = server.rye.clone();
     let service = server.serve(transport).await?;
     service.waiting().await?;
+    // The records of the runs it answered are written before it ends.
+    rye.flush_threads().await;
     Ok(())
 }

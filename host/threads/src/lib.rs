@@ -545,9 +545,9 @@ impl Registry {
     }
 
     /// Removes the threads that finished before `cutoff_ms` (never a
-    /// running one) with their events; the result hashes they held, for
-    /// the store to let go of.
-    pub async fn prune(&self, cutoff_ms: i64) -> Result<Vec<String>, ThreadError> {
+    /// running one) with their events; one entry per thread removed: the
+    /// result hash it held, for the store to let go of.
+    pub async fn prune(&self, cutoff_ms: i64) -> Result<Vec<Option<String>>, ThreadError> {
         self.run(move |conn| {
             let mut statement = conn.prepare_cached(
                 "DELETE FROM threads WHERE status != 'running' AND finished_at < ?1 RETURNING result_hash",
@@ -555,9 +555,7 @@ impl Registry {
             let mut rows = statement.query([cutoff_ms])?;
             let mut hashes = Vec::new();
             while let Some(row) = rows.next()? {
-                if let Some(hash) = row.get::<_, Option<String>>(0)? {
-                    hashes.push(hash);
-                }
+                hashes.push(row.get::<_, Option<String>>(0)?);
             }
             Ok(hashes)
         })

@@ -277,7 +277,7 @@ async fn prune_removes_finished_threads_and_their_logs_never_running_ones() {
         .as_millis() as i64
         + 1;
     let released = registry.prune(cutoff).await.unwrap();
-    assert_eq!(released, ["old-hash"]);
+    assert_eq!(released, [Some("old-hash".to_owned())]);
     assert!(registry.get(&old).await.unwrap().is_none());
     assert!(registry.events(&old, 0).await.unwrap().is_empty());
     assert!(registry.get(&running).await.unwrap().is_some());
