@@ -559,8 +559,9 @@ fn prune_removes_ended_threads_and_their_results_never_running_ones() {
 fn tail_follows_an_async_run_live_until_it_ends() {
     let env = Env::new();
     let gate = env.project.path().join("gate");
+    // It writes 5 bytes to stdout and 4 to stderr, then waits.
     let started = env.start_async(&format!(
-        "while [ ! -e {} ]; do sleep 0.02; done; echo out",
+        "printf 'ready'; printf 'warn' >&2; while [ ! -e {} ]; do sleep 0.02; done; echo out",
         gate.display()
     ));
     let id = started["thread_id"].as_str().unwrap().to_owned();
@@ -576,6 +577,9 @@ fn tail_follows_an_async_run_live_until_it_ends() {
     let progress = next();
     assert_eq!(progress["kind"], "progress", "{progress}");
     assert!(progress["detail"]["elapsed_ms"].as_u64().unwrap() >= 1000);
+    // With what it has written so far.
+    assert_eq!(progress["detail"]["stdout_bytes"], 5, "{progress}");
+    assert_eq!(progress["detail"]["stderr_bytes"], 4, "{progress}");
     std::fs::write(&gate, "").unwrap();
     let finished = loop {
         let event = next();

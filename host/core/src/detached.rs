@@ -303,7 +303,8 @@ impl Rye {
         };
         let begun = Instant::now();
         let recording = Recording::resumed(&self.threads, thread_id.to_owned(), recorder.clone());
-        let run = self.run_tool(&request, begun, Some(recording));
+        let counts = Arc::new(rye_process::OutputCounts::default());
+        let run = self.run_tool(&request, begun, Some(recording), Some(counts.clone()));
         tokio::pin!(run);
         // A run that takes a while says so in its log, for `tail` and
         // subscribers.
@@ -313,7 +314,11 @@ impl Rye {
             tokio::select! {
                 result = &mut run => break result,
                 _ = ticks.tick() => {
-                    let detail = json!({"elapsed_ms": begun.elapsed().as_millis() as u64});
+                    let detail = json!({
+                        "elapsed_ms": begun.elapsed().as_millis() as u64,
+                        "stdout_bytes": counts.stdout(),
+                        "stderr_bytes": counts.stderr(),
+                    });
                     if let Err(e) = recorder.registry.event(thread_id, "progress", &detail).await {
                         tracing::warn!("thread {thread_id}: {e}");
                     }

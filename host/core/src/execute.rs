@@ -173,7 +173,7 @@ impl Rye {
                     .start(&request.project_dir(), &request.id, &request.parameters),
             )
         };
-        self.run_tool(request, started, recording).await
+        self.run_tool(request, started, recording, None).await
     }
 
     /// Runs a tool, ending `recording` (if any) with the result.
@@ -182,8 +182,10 @@ impl Rye {
         request: &ExecuteRequest,
         started: Instant,
         recording: Option<crate::threads::Recording>,
+        counts: Option<Arc<rye_process::OutputCounts>>,
     ) -> Value {
         let mut run = ToolRun::new(self, request, started);
+        run.counts = counts;
         let mut result = match run.stages().await {
             Ok(result) | Err(result) => result,
         };
@@ -667,6 +669,8 @@ struct ToolRun<'a> {
     timings: Timings,
     /// The tool's process ran out of time.
     timed_out: bool,
+    /// Where the process's output is counted as it runs, for a watcher.
+    counts: Option<Arc<rye_process::OutputCounts>>,
 }
 
 #[derive(Default)]
@@ -688,6 +692,7 @@ impl<'a> ToolRun<'a> {
             summaries: None,
             timings: Timings::default(),
             timed_out: false,
+            counts: None,
         }
     }
 
@@ -932,9 +937,10 @@ impl<'a> ToolRun<'a> {
             stdin: plan.stdin.clone(),
             timeout: plan.timeout_ms.map(std::time::Duration::from_millis),
         };
-        let outcome = rye_process::run(&process, &Capture::default())
-            .await
-            .map_err(|e| self.fail(ErrorReply::new(e)))?;
+        let outcome =
+            rye_process::run_watched(&process, &Capture::default(), self.counts.as_deref())
+                .await
+                .map_err(|e| self.fail(ErrorReply::new(e)))?;
         self.step(Step::Primitive {
             containment: rye_process::containment().as_str(),
             return_code: outcome.code,

@@ -30,6 +30,7 @@ mod spawn;
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -143,8 +144,37 @@ pub struct SpawnError {
 /// holds them open cannot stall the result.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+/// The output a running child has written so far, for a watcher while the
+/// run goes on (see [`run_watched`]).
+#[derive(Debug, Default)]
+pub struct OutputCounts {
+    stdout: AtomicU64,
+    stderr: AtomicU64,
+}
+
+impl OutputCounts {
+    /// Bytes of stdout read so far, kept or not.
+    pub fn stdout(&self) -> u64 {
+        self.stdout.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of stderr read so far, kept or not.
+    pub fn stderr(&self) -> u64 {
+        self.stderr.load(Ordering::Relaxed)
+    }
+}
+
 /// Runs `plan` and waits for it, within its timeout.
 pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> {
+    run_watched(plan, capture, None).await
+}
+
+/// [`run`], counting the output in `counts` as it is read.
+pub async fn run_watched(
+    plan: &Plan,
+    capture: &Capture,
+    counts: Option<&OutputCounts>,
+) -> Result<Outcome, SpawnError> {
     let started = Instant::now();
     let mut run = contain::Run::new();
     let mut child = Started::new(plan, &run).map_err(|source| SpawnError {
@@ -172,8 +202,18 @@ pub async fn run(plan: &Plan, capture: &Capture) -> Result<Outcome, SpawnError> 
     let reading = async {
         let both = async {
             tokio::join!(
-                read_capped(stdout_pipe, capture.stdout, &mut out),
-                read_capped(stderr_pipe, capture.stderr, &mut err)
+                read_capped(
+                    stdout_pipe,
+                    capture.stdout,
+                    &mut out,
+                    counts.map(|c| &c.stdout)
+                ),
+                read_capped(
+                    stderr_pipe,
+                    capture.stderr,
+                    &mut err,
+                    counts.map(|c| &c.stderr)
+                )
             )
         };
         tokio::select! {
@@ -247,8 +287,13 @@ struct Captured {
 }
 
 /// Reads everything into `into`, keeping the first `cap` bytes and
-/// counting the rest.
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, into: &mut Captured) {
+/// counting the rest (and all of it in `count`, when given).
+async fn read_capped(
+    pipe: Option<impl AsyncRead + Unpin>,
+    cap: usize,
+    into: &mut Captured,
+    count: Option<&AtomicU64>,
+) {
     let Some(mut pipe) = pipe else {
         return;
     };
@@ -260,6 +305,9 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, into: &mu
                 let room = cap.saturating_sub(into.kept.len()).min(n);
                 into.kept.extend_from_slice(&buf[..room]);
                 into.dropped += (n - room) as u64;
+                if let Some(count) = count {
+                    count.fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
         }
     }

@@ -115,6 +115,39 @@ fn a_flood_of_output_is_capped_not_buffered() {
 }
 
 #[test]
+fn a_watcher_sees_the_output_counted_while_the_child_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let counts = rye_process::OutputCounts::default();
+    let script = format!(
+        "head -c 70000 /dev/zero; printf 'abc' >&2; while [ ! -e {} ]; do sleep 0.01; done; printf 'z'",
+        gate.display()
+    );
+    let capture = Capture {
+        stdout: 10,
+        stderr: 1 << 10,
+    };
+    let out = rt().block_on(async {
+        let plan = sh(&script);
+        let run = rye_process::run_watched(&plan, &capture, Some(&counts));
+        tokio::pin!(run);
+        // Before it ends: all it wrote, kept or not.
+        while counts.stdout() < 70_000 || counts.stderr() < 3 {
+            tokio::select! {
+                _ = &mut run => panic!("it ended before its gate opened"),
+                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+            }
+        }
+        assert_eq!((counts.stdout(), counts.stderr()), (70_000, 3));
+        std::fs::write(&gate, "").unwrap();
+        run.await.unwrap()
+    });
+    assert!(out.success());
+    assert_eq!(counts.stdout(), 70_001);
+    assert_eq!(out.stdout.len() as u64 + out.stdout_dropped, 70_001);
+}
+
+#[test]
 fn a_timeout_kills_the_whole_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("bg.pid");
