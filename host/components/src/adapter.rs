@@ -20,8 +20,8 @@ pub struct PlanElement {
     pub item_id: String,
     pub space: PluginSpace,
     pub path: PathBuf,
-    /// The element's normalized metadata, a JSON object.
-    pub metadata: Value,
+    /// The element's normalized metadata, a JSON object as text.
+    pub metadata: std::sync::Arc<str>,
 }
 
 /// What an adapter is asked to plan.
@@ -141,7 +141,7 @@ impl ComponentHost {
                     item_id: e.item_id.clone(),
                     space: wit_space(e.space),
                     path: e.path.display().to_string(),
-                    metadata: e.metadata.to_string(),
+                    metadata: String::from(&*e.metadata),
                 })
                 .collect(),
             parameters: request.parameters.to_string(),

@@ -52,6 +52,8 @@ pub(crate) struct ElementEntry {
     pub(crate) parser: [u8; 32],
     pub(crate) content_hash: [u8; 32],
     pub(crate) metadata: Arc<Map<String, Value>>,
+    /// `metadata` as JSON text, as components are shown it.
+    pub(crate) metadata_json: Arc<str>,
 }
 
 /// Element metadata by file path.

@@ -37,7 +37,9 @@ pub struct ChainElement {
     /// SHA-256 of the file.
     pub content_hash: [u8; 32],
     /// The element's normalized metadata (see [`normalize`]).
-    pub metadata: Map<String, Value>,
+    pub metadata: Arc<Map<String, Value>>,
+    /// The same as JSON text, as components are shown it.
+    pub metadata_json: Arc<str>,
     /// Files of the same id this one hides.
     pub shadowed: Vec<Location>,
     /// The element's signature, verified.
@@ -245,7 +247,7 @@ impl Rye {
 
     /// An element's metadata, from the cache while its file and parser are
     /// unchanged.
-    fn element(
+    pub(crate) fn element(
         &self,
         session: &Session,
         parsers: &mut ParserLookup,
@@ -256,12 +258,13 @@ impl Rye {
         let space = resolved.location.space;
         let (extractors, trust) = (session.extractors(self)?, session.trust(self));
         let (_, parser) = parsers.for_file(self, session, ItemKind::Tool, path)?;
-        let make = |content_hash, metadata: &Map<String, Value>, signed| ChainElement {
+        let make = |content_hash, (metadata, metadata_json), signed| ChainElement {
             item_id: resolved.id.clone(),
             space,
             path: path.clone(),
             content_hash,
-            metadata: metadata.clone(),
+            metadata,
+            metadata_json,
             shadowed: resolved.shadowed.clone(),
             signed,
         };
@@ -272,7 +275,12 @@ impl Rye {
             .entries
             .get(path.as_os_str())
             .filter(|entry| entry.stamp == stamp && entry.parser == parser.hash)
-            .map(|entry| (entry.content_hash, entry.metadata.clone()));
+            .map(|entry| {
+                (
+                    entry.content_hash,
+                    (entry.metadata.clone(), entry.metadata_json.clone()),
+                )
+            });
         if let Some((content_hash, metadata)) = cached {
             let signed = self.verify_item(
                 &trust,
@@ -281,7 +289,7 @@ impl Rye {
                 content_hash,
                 None,
             )?;
-            return Ok(make(content_hash, &metadata, signed));
+            return Ok(make(content_hash, metadata, signed));
         }
 
         // Verified before it is parsed; the bytes parsed are the bytes
@@ -314,6 +322,7 @@ impl Rye {
             }
         };
         let metadata = Arc::new(normalize(ItemKind::Tool, &resolved.id, &document.document));
+        let metadata_json: Arc<str> = Value::Object((*metadata).clone()).to_string().into();
         self.elements
             .lock()
             .expect("element cache lock")
@@ -325,9 +334,10 @@ impl Rye {
                     parser: parser.hash,
                     content_hash: parsed.content_hash,
                     metadata: metadata.clone(),
+                    metadata_json: metadata_json.clone(),
                 },
             );
-        Ok(make(parsed.content_hash, &metadata, signed))
+        Ok(make(parsed.content_hash, (metadata, metadata_json), signed))
     }
 }
 

@@ -230,6 +230,27 @@ impl Rye {
         Ok((chain, plan, answers))
     }
 
+    /// What the gate lets adapters see of the host environment.
+    pub(crate) fn adapter_env(&self) -> Result<Arc<crate::rye::AdapterEnv>, HostError> {
+        let exposed = self.adapter_env.get_or_init(|| {
+            let policy = match std::env::var(rye_gate::WITHHOLD_VAR) {
+                Ok(setting) => rye_gate::EnvPolicy::parse(&setting)?,
+                Err(_) => rye_gate::EnvPolicy::default(),
+            };
+            let mut exposed = policy.expose(std::env::vars());
+            if let Some(executable) = &self.executable {
+                let value = executable.display().to_string();
+                exposed.visible.retain(|(name, _)| name != EXECUTABLE_VAR);
+                exposed.visible.push((EXECUTABLE_VAR.to_owned(), value));
+            }
+            Ok(Arc::new(crate::rye::AdapterEnv {
+                visible: Arc::new(exposed.visible),
+                withheld: exposed.withheld,
+            }))
+        });
+        Ok(exposed.clone()?)
+    }
+
     /// Finds the chain's adapter and asks it for the plan.
     fn plan_chain(
         &self,
@@ -274,26 +295,17 @@ impl Rye {
             .into_iter()
             .filter(|dir| dir.is_dir())
             .collect();
-        let policy = match std::env::var(rye_gate::WITHHOLD_VAR) {
-            Ok(setting) => rye_gate::EnvPolicy::parse(&setting)?,
-            Err(_) => rye_gate::EnvPolicy::default(),
-        };
-        let mut exposed = policy.expose(std::env::vars());
-        if let Some(executable) = &self.executable {
-            let value = executable.display().to_string();
-            exposed.visible.retain(|(name, _)| name != EXECUTABLE_VAR);
-            exposed.visible.push((EXECUTABLE_VAR.to_owned(), value));
-        }
+        let exposed = self.adapter_env()?;
         if !exposed.withheld.is_empty() {
             log.lock().expect("trace log lock").push(
                 Step::Environment {
-                    withheld: exposed.withheld,
+                    withheld: exposed.withheld.clone(),
                 }
                 .into(),
             );
         }
         let services = HostServices {
-            env: exposed.visible,
+            env: exposed.visible.clone(),
             commands: chain
                 .elements
                 .iter()
@@ -333,7 +345,7 @@ impl Rye {
                     item_id: e.item_id.clone(),
                     space: crate::validators::plugin_space(e.space),
                     path: e.path.clone(),
-                    metadata: Value::Object(e.metadata.clone()),
+                    metadata: e.metadata_json.clone(),
                 })
                 .collect(),
             parameters,
@@ -1041,7 +1053,7 @@ impl<'a> ToolRun<'a> {
                     ..LoadRequest::new(ItemKind::Tool, tool.item_id.clone())
                 })
                 .map(|loaded| loaded.parsed)
-                .unwrap_or_else(|_| tool.metadata.clone());
+                .unwrap_or_else(|_| (*tool.metadata).clone());
             let reason = crate::mcp::pin_mismatch(&document, current, &call.tool_name, &server.id)
                 .unwrap_or_else(|| "the server's definition changed".into());
             return Err(self.fail(ErrorReply::new(reason)));

@@ -31,8 +31,9 @@ use rye_mcp_client::{ToolDefinition, Transport};
 use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value};
 
+use crate::Rye;
+use crate::parse::ParserLookup;
 use crate::session::Session;
-use crate::{LoadRequest, Rye};
 
 /// The `tool_type` of a server item.
 pub const SERVER_TOOL_TYPE: &str = "mcp_server";
@@ -65,23 +66,7 @@ impl Rye {
         id: &str,
     ) -> Result<Server, String> {
         let reachable = crate::chain::reachable(tool_space);
-        let mut found = None;
-        for space in reachable {
-            let request = LoadRequest {
-                source: Some(*space),
-                project: session.project.clone(),
-                ..LoadRequest::new(ItemKind::Tool, id)
-            };
-            match self.load(&request) {
-                Ok(loaded) => {
-                    found = Some(loaded);
-                    break;
-                }
-                Err(crate::HostError::Space(rye_space::SpaceError::NotFound { .. })) => {}
-                Err(e) => return Err(format!("server item {id:?}: {e}")),
-            }
-        }
-        let loaded = found.ok_or_else(|| {
+        let not_found = || {
             format!(
                 "server item {id:?} not found in the spaces a {tool_space} tool may use ({})",
                 reachable
@@ -90,14 +75,32 @@ impl Rye {
                     .collect::<Vec<_>>()
                     .join(", ")
             )
-        })?;
-        let at = loaded.path.display().to_string();
-        if let Some((refused, _)) = &loaded.refused {
-            return Err(format!("server item {id:?} ({at}): {refused}"));
-        }
-        if let Some(error) = &loaded.parse_error {
-            return Err(format!("server item {id:?} ({at}): {error}"));
-        }
+        };
+        // Through the listings and the element cache the chain uses: a
+        // warm call reads nothing but the file's stamp, and verifies it.
+        let extractors = session
+            .extractors(self)
+            .map_err(|e| format!("server item {id:?}: {e}"))?;
+        let extensions = &extractors
+            .require(ItemKind::Tool)
+            .map_err(|e| format!("server item {id:?}: {e}"))?
+            .extensions;
+        let resolved = session.spaces.resolve_cached(
+            &self.listings,
+            ItemKind::Tool,
+            id,
+            extensions,
+            reachable,
+        );
+        let (resolved, stamp) = match resolved {
+            Ok(found) => found,
+            Err(rye_space::SpaceError::NotFound { .. }) => return Err(not_found()),
+            Err(e) => return Err(format!("server item {id:?}: {e}")),
+        };
+        let at = resolved.location.path.display().to_string();
+        let loaded = self
+            .element(session, &mut ParserLookup::default(), &resolved, stamp)
+            .map_err(|e| format!("server item {id:?} ({at}): {e}"))?;
         let tool_type = loaded.metadata.get("tool_type").and_then(Value::as_str);
         if tool_type != Some(SERVER_TOOL_TYPE) {
             return Err(format!(
@@ -132,7 +135,7 @@ impl Rye {
         Ok(Server {
             id: id.to_owned(),
             path: loaded.path,
-            space: loaded.source,
+            space: loaded.space,
             transport,
             startup: Duration::from_secs_f64(startup),
             key,

@@ -39,6 +39,17 @@ pub struct Rye {
     pub(crate) executable: Option<PathBuf>,
     /// The thread registries of the projects tools ran in.
     pub(crate) threads: Arc<crate::threads::Threads>,
+    /// The host environment as adapters are shown it: read once, since
+    /// the host never changes its own environment.
+    pub(crate) adapter_env: std::sync::OnceLock<Result<Arc<AdapterEnv>, rye_gate::BadPattern>>,
+}
+
+/// The host environment less what the user withholds, with this host's
+/// program as `RYE_EXECUTABLE`.
+pub(crate) struct AdapterEnv {
+    pub(crate) visible: Arc<Vec<(String, String)>>,
+    /// The names withheld, never their values.
+    pub(crate) withheld: Vec<String>,
 }
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
@@ -97,6 +108,7 @@ impl Rye {
             mcp: rye_mcp_client::Pool::new(mcp_idle()),
             executable: config.executable,
             threads: Arc::new(crate::threads::Threads::new(config.record_threads)),
+            adapter_env: std::sync::OnceLock::new(),
         })
     }
 

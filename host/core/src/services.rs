@@ -18,7 +18,7 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct HostServices {
     /// The host process environment as the gate shows it (less what the
     /// user withholds; the process the adapter plans runs with no more).
-    pub env: Vec<(String, String)>,
+    pub env: Arc<Vec<(String, String)>>,
     /// Each chain element's declared `env_config.interpreter.resolve_cmd`.
     pub commands: HashMap<String, Vec<String>>,
     /// `.ai/config` of each space.
@@ -45,7 +45,7 @@ impl AdapterServices for HostServices {
     }
 
     fn environment(&mut self) -> Vec<(String, String)> {
-        self.env.clone()
+        self.env.to_vec()
     }
 
     fn which(&mut self, binary: &str) -> Option<String> {
@@ -196,10 +196,11 @@ mod tests {
 
     fn services(env: &[(&str, &str)]) -> HostServices {
         HostServices {
-            env: env
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            env: Arc::new(
+                env.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
             commands: HashMap::new(),
             config_dirs: HashMap::new(),
             log: Arc::default(),

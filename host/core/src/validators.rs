@@ -514,7 +514,7 @@ pub(crate) fn chain_links(chain: &Chain) -> Vec<ChainLink> {
         .map(|e| ChainLink {
             item_id: e.item_id.clone(),
             space: plugin_space(e.space),
-            metadata: serde_json::Value::Object(e.metadata.clone()).to_string(),
+            metadata: e.metadata_json.to_string(),
         })
         .collect()
 }

@@ -191,7 +191,7 @@ pub struct Exposed {
 }
 
 /// A withholding setting that cannot be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{WITHHOLD_VAR}: {pattern:?} {rule}")]
 pub struct BadPattern {
     pub pattern: String,
