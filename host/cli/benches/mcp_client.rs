@@ -2,17 +2,22 @@
 //! called through Rye's pooled session, side by side with the same call
 //! from a direct client, in one run.
 //!
-//! The server is the FastMCP notes server (`tests/mcp-servers/`) over
-//! stdio, on the Python of `RYE_TEST_MCP_PYTHON` (else the tests' virtual
-//! environment). The client is the Rust SDK's.
+//! The servers, both over stdio: the FastMCP notes server
+//! (`tests/mcp-servers/`) on the Python of `RYE_TEST_MCP_PYTHON` (else the
+//! tests' virtual environment), and the reference server `server-everything`
+//! on Node (`RYE_TEST_SERVER_EVERYTHING`, else the tests' npm install), a
+//! server fast enough that Rye's share of a call shows. The client is the
+//! Rust SDK's.
 //!
 //! 1. The server's own start: spawn to the `initialize` answer, 10 times.
 //! 2. Through Rye: `rye serve` for a project whose `mcp/notes/*` items
 //!    `rye mcp add` and `discover` made; the first `execute` of
 //!    `mcp/notes/echo` (cold: Rye starts the server) is timed once.
 //! 3. Warm calls, alternating: `echo` on the direct session, `execute` of
-//!    `mcp/notes/echo` through Rye; 50 rounds of warm-up, then 500.
-//! 4. 1,000 sequential pooled calls through Rye, in all.
+//!    `mcp/notes/echo` through Rye; 50 rounds of warm-up, then 500. The
+//!    same for `server-everything`'s `echo` (`mcp/everything/echo`).
+//! 4. 1,000 sequential pooled calls through Rye to each server, and 1,000
+//!    direct calls to each.
 //! 5. Hostile servers through the same `rye serve`: one that never answers
 //!    `initialize`, one that writes 200 MB to stdout with no line end, one
 //!    that writes 1 GB to stderr (each with a 1 s start deadline), and a
@@ -120,12 +125,72 @@ impl Places {
     }
 }
 
+fn everything() -> String {
+    std::env::var_os("RYE_TEST_SERVER_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join("mcp-npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        })
+        .display()
+        .to_string()
+}
+
 async fn direct() -> RunningService<RoleClient, ()> {
     let mut command = tokio::process::Command::new(python());
     command.arg(script()).env_clear();
     ().serve(TokioChildProcess::new(command).unwrap())
         .await
         .unwrap()
+}
+
+async fn direct_everything() -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new("node");
+    command.arg(everything()).arg("stdio").env_clear();
+    ().serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap()
+}
+
+/// `rounds` alternating calls, direct then through Rye, after 50 of
+/// warm-up: the times of each.
+async fn alternate(
+    direct: &RunningService<RoleClient, ()>,
+    direct_call: &CallToolRequestParams,
+    rye: &RunningService<RoleClient, ()>,
+    execute: &CallToolRequestParams,
+    rounds: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut direct_calls, mut pooled) = (Vec::new(), Vec::new());
+    for round in 0..rounds + 50 {
+        let started = Instant::now();
+        let answer = direct.call_tool(direct_call.clone()).await.unwrap();
+        let direct_time = started.elapsed();
+        assert_ne!(answer.is_error, Some(true));
+        let started = Instant::now();
+        let answer = rye.call_tool(execute.clone()).await.unwrap();
+        let pooled_time = started.elapsed();
+        let text = serde_json::to_string(&answer.content).unwrap();
+        assert!(text.contains("success"), "{text}");
+        if round >= 50 {
+            direct_calls.push(direct_time);
+            pooled.push(pooled_time);
+        }
+    }
+    (direct_calls, pooled)
+}
+
+/// `count` sequential calls, in all.
+async fn sequential(
+    client: &RunningService<RoleClient, ()>,
+    call: &CallToolRequestParams,
+    count: usize,
+) -> Duration {
+    let started = Instant::now();
+    for _ in 0..count {
+        client.call_tool(call.clone()).await.unwrap();
+    }
+    started.elapsed()
 }
 
 fn main() {
@@ -139,6 +204,16 @@ fn main() {
     places.rye(&["keys", "trust"]);
     places.rye(&["mcp", "add", "notes", "--stdio", &python, &script()]);
     places.rye(&["mcp", "discover", "notes"]);
+    places.rye(&[
+        "mcp",
+        "add",
+        "everything",
+        "--stdio",
+        "node",
+        &everything(),
+        "stdio",
+    ]);
+    places.rye(&["mcp", "discover", "everything"]);
     places.hostile("silent", "sleep 300");
     places.hostile(
         "flood",
@@ -185,23 +260,22 @@ fn main() {
         assert!(text.contains("cold") && text.contains("success"), "{text}");
 
         let server = direct().await;
-        let (mut direct_calls, mut pooled) = (Vec::new(), Vec::new());
-        for round in 0..550 {
-            let started = Instant::now();
-            server
-                .call_tool(call("echo", json!({"text": "hi"})))
-                .await
-                .unwrap();
-            let direct_time = started.elapsed();
-            let started = Instant::now();
-            let answer = rye.call_tool(call("execute", echo("hi"))).await.unwrap();
-            let pooled_time = started.elapsed();
-            assert_ne!(answer.is_error, Some(true));
-            if round >= 50 {
-                direct_calls.push(direct_time);
-                pooled.push(pooled_time);
-            }
-        }
+        let (direct_calls, pooled) = alternate(
+            &server,
+            &call("echo", json!({"text": "hi"})),
+            &rye,
+            &call("execute", echo("hi")),
+            500,
+        )
+        .await;
+        let fast = direct_everything().await;
+        let fast_execute = call(
+            "execute",
+            json!({"item_type": "tool", "item_id": "mcp/everything/echo", "project_path": project_path, "parameters": {"message": "hi"}}),
+        );
+        let fast_direct = call("echo", json!({"message": "hi"}));
+        let (fast_direct_calls, fast_pooled) =
+            alternate(&fast, &fast_direct, &rye, &fast_execute, 500).await;
         // The parts of the hop: the transport alone (a ping), and an
         // execute that stops after the chain and its validation.
         let (mut pings, mut dry_runs) = (Vec::new(), Vec::new());
@@ -223,14 +297,12 @@ fn main() {
                 .unwrap();
             dry_runs.push(started.elapsed());
         }
-        let started = Instant::now();
-        let mut last = None;
-        for _ in 0..1000 {
-            last = Some(rye.call_tool(call("execute", echo("hi"))).await.unwrap());
-        }
-        let thousand = started.elapsed();
+        let thousand = sequential(&rye, &call("execute", echo("hi")), 1000).await;
+        let thousand_direct = sequential(&server, &call("echo", json!({"text": "hi"})), 1000).await;
+        let fast_thousand = sequential(&rye, &fast_execute, 1000).await;
+        let fast_thousand_direct = sequential(&fast, &fast_direct, 1000).await;
+        let last = rye.call_tool(call("execute", echo("hi"))).await.unwrap();
         // Where a warm call's time goes, as the host counts it.
-        let last = last.unwrap();
         let result: Value = last
             .structured_content
             .clone()
@@ -258,11 +330,21 @@ fn main() {
         );
         row("warm echo, direct client", &direct_calls);
         row("warm execute of mcp/notes/echo through rye serve", &pooled);
-        row("MCP ping to rye serve (the transport alone)", &pings);
-        row("execute dry_run of mcp/notes/echo (chain, validation, reply)", &dry_runs);
         let added = median(pooled.clone()).saturating_sub(median(direct_calls.clone()));
         println!("{:<62} {added:>16.2?}", "added by Rye at the median");
         println!("{:<62} {thousand:>16.1?}", "1,000 sequential pooled calls");
+        println!("{:<62} {thousand_direct:>16.1?}", "1,000 sequential direct calls");
+        row("server-everything: warm echo, direct client", &fast_direct_calls);
+        row("server-everything: warm execute through rye serve", &fast_pooled);
+        let added = median(fast_pooled.clone()).saturating_sub(median(fast_direct_calls.clone()));
+        println!("{:<62} {added:>16.2?}", "server-everything: added by Rye at the median");
+        println!("{:<62} {fast_thousand:>16.1?}", "server-everything: 1,000 sequential pooled calls");
+        println!(
+            "{:<62} {fast_thousand_direct:>16.1?}",
+            "server-everything: 1,000 sequential direct calls"
+        );
+        row("MCP ping to rye serve (the transport alone)", &pings);
+        row("execute dry_run of mcp/notes/echo (chain, validation, reply)", &dry_runs);
         println!(
             "last call's stages (µs): chain {} validate {} plan {} call {} whole {} ms",
             metadata["chain_us"],
@@ -317,5 +399,6 @@ fn main() {
         );
         rye.cancel().await.unwrap();
         server.cancel().await.unwrap();
+        fast.cancel().await.unwrap();
     });
 }
