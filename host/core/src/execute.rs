@@ -186,6 +186,7 @@ impl Rye {
     ) -> Value {
         let mut run = ToolRun::new(self, request, started);
         run.counts = counts;
+        run.begun = recording.as_ref().map(crate::threads::Recording::begun);
         let mut result = match run.stages().await {
             Ok(result) | Err(result) => result,
         };
@@ -683,6 +684,9 @@ struct ToolRun<'a> {
     timed_out: bool,
     /// Where the process's output is counted as it runs, for a watcher.
     counts: Option<Arc<rye_process::OutputCounts>>,
+    /// The run's thread record being written, waited for before the run
+    /// acts on the world.
+    begun: Option<crate::threads::Begun>,
 }
 
 #[derive(Default)]
@@ -705,6 +709,7 @@ impl<'a> ToolRun<'a> {
             timings: Timings::default(),
             timed_out: false,
             counts: None,
+            begun: None,
         }
     }
 
@@ -717,6 +722,11 @@ impl<'a> ToolRun<'a> {
         }
         let planned = self.plan(&chain)?;
         self.verify_deps(&chain, &planned.notes)?;
+        // The record was being written while the chain was checked and
+        // planned; the run's effects start once it names them.
+        if let Some(begun) = self.begun.take() {
+            begun.wait().await;
+        }
         let ran = match &planned.action {
             PlannedAction::Process(plan) => {
                 let outcome = self.run(plan).await?;

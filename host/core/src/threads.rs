@@ -91,8 +91,9 @@ impl Threads {
     }
 
     /// Starts recording a run of `item_id` with `parameters`: the record
-    /// is written beside the run, not before it, and waited for only when
-    /// the run ends. Needs a tokio runtime.
+    /// is written while the run's chain is checked and planned; the run's
+    /// effects wait for it (see [`Recording::begun`]). Needs a tokio
+    /// runtime.
     pub(crate) fn start(
         self: &Arc<Self>,
         project: &Path,
@@ -112,18 +113,23 @@ impl Threads {
         };
         let threads = self.clone();
         let project = project.to_owned();
+        let (begun, written) = tokio::sync::watch::channel(false);
         let started = tokio::spawn(async move {
-            let recorder = threads.recorder(&project).await?;
-            recorder
-                .registry
-                .start(new)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(recorder)
+            let recorder = threads.recorder(&project).await;
+            let started = match recorder {
+                Ok(recorder) => match recorder.registry.start(new).await {
+                    Ok(_) => Ok(recorder),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e),
+            };
+            begun.send_replace(true);
+            started
         });
         Recording {
             id,
             started: Some(started),
+            begun: written,
             writing: self.writing.clone(),
         }
     }
@@ -146,7 +152,23 @@ type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 pub(crate) struct Recording {
     id: String,
     started: Option<Started>,
+    /// Turns true once the thread's record is written (or failed to be).
+    begun: tokio::sync::watch::Receiver<bool>,
     writing: Writing,
+}
+
+/// Waits until a run's thread record is written: what a run does that
+/// outlives it (a process, a request, a call) waits for this, so nothing
+/// starts that a killed host leaves without a record naming it.
+#[derive(Clone)]
+pub(crate) struct Begun(tokio::sync::watch::Receiver<bool>);
+
+impl Begun {
+    /// Done when the record is written or could not be (the run then goes
+    /// on unrecorded, with a warning at its end).
+    pub(crate) async fn wait(mut self) {
+        let _ = self.0.wait_for(|written| *written).await;
+    }
 }
 
 async fn joined(started: Started) -> Result<Arc<Recorder>, String> {
@@ -162,12 +184,18 @@ impl Recording {
         Self {
             id,
             started: Some(tokio::spawn(async move { Ok(recorder) })),
+            begun: tokio::sync::watch::channel(true).1,
             writing: threads.writing.clone(),
         }
     }
 
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// What waits for the thread's record to be written.
+    pub(crate) fn begun(&self) -> Begun {
+        Begun(self.begun.clone())
     }
 
     /// Ends the thread with the status `result` shows, storing the result:
