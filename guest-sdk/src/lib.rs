@@ -13,6 +13,7 @@
 //! | `parser`          | [`parser::Parser`]                  | [`export_parser!`]    | `.ai/parsers/<name>.wasm`|
 //! | `runtime-adapter` | [`adapter::RuntimeAdapter`]         | [`export_adapter!`]   | `.ai/adapters/<name>.wasm`|
 //! | `validator`       | [`validator::Validator`]            | [`export_validator!`] | `.ai/validators/<name>.wasm`|
+//! | `graph-walker`    | [`walker::GraphWalker`]             | [`export_walker!`]    | `.ai/walkers/<name>.wasm`|
 //!
 //! # Example: a parser in a few lines
 //!
@@ -62,6 +63,8 @@ pub mod adapter;
 pub mod parser;
 #[cfg(feature = "validator")]
 pub mod validator;
+#[cfg(feature = "graph-walker")]
+pub mod walker;
 
 #[cfg(any(feature = "parser", feature = "runtime-adapter", feature = "validator"))]
 mod diagnostics;

@@ -33,6 +33,10 @@ const SDK_SOURCES: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk/src/validator.rs"),
     ),
     (
+        "rye-guest/src/walker.rs",
+        include_str!("../../../guest-sdk/src/walker.rs"),
+    ),
+    (
         "rye-guest/src/diagnostics.rs",
         include_str!("../../../guest-sdk/src/diagnostics.rs"),
     ),
@@ -51,6 +55,10 @@ const SDK_SOURCES: &[(&str, &str)] = &[
     (
         "wit/rye-plugin@0.1.0/validation.wit",
         include_str!("../../../wit/rye-plugin@0.1.0/validation.wit"),
+    ),
+    (
+        "wit/rye-plugin@0.1.0/walking.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/walking.wit"),
     ),
     (
         "wit/rye-plugin@0.1.0/worlds.wit",
@@ -73,6 +81,7 @@ publish = false
 parser = []
 runtime-adapter = []
 validator = []
+graph-walker = []
 
 [dependencies]
 wit-bindgen = "0.63"
@@ -85,7 +94,10 @@ pub fn world_named(name: &str) -> Result<World> {
         "parser" => World::Parser,
         "runtime-adapter" | "adapter" => World::RuntimeAdapter,
         "validator" => World::Validator,
-        other => bail!("unknown world {other:?}: parser, runtime-adapter or validator"),
+        "graph-walker" | "walker" => World::GraphWalker,
+        other => {
+            bail!("unknown world {other:?}: parser, runtime-adapter, validator or graph-walker")
+        }
     })
 }
 
@@ -281,6 +293,53 @@ impl Validator for Policy {{
 rye_guest::export_validator!(Policy);
 "#
         ),
+        World::GraphWalker => format!(
+            r#"//! {name}: a graph walker component. A graph's runtime names it with
+//! `walker: {name}`; the host asks it, step by step, what a graph run
+//! does next and does it. This one ends every run at once, its result the
+//! run's inputs: a start to grow a walker from.
+
+use rye_guest::serde_json::{{Value, json}};
+use rye_guest::walker::{{Change, Clock, GraphWalker, Next, Outcome, WalkInput}};
+
+struct Walker;
+
+fn ended(input: &WalkInput) -> Outcome {{
+    let inputs: Value = rye_guest::serde_json::from_str(&input.parameters).unwrap_or(Value::Null);
+    Outcome {{
+        changes: vec![Change {{ key: "inputs".into(), value: Some(inputs.to_string()) }}],
+        cursor: json!({{"ended": true}}).to_string(),
+        node: None,
+        steps: 0,
+        events: Vec::new(),
+        next: Next::Finished(
+            json!({{"success": true, "status": "completed", "output": inputs, "graph_run_id": input.run_id}})
+                .to_string(),
+        ),
+    }}
+}}
+
+impl GraphWalker for Walker {{
+    fn start(input: WalkInput, _now: Clock) -> Result<Outcome, String> {{
+        Ok(ended(&input))
+    }}
+
+    fn resume(input: WalkInput, _state: Vec<(String, String)>, _cursor: String, _inputs: String, _now: Clock) -> Result<Outcome, String> {{
+        Ok(ended(&input))
+    }}
+
+    fn advance(_results: Vec<String>, _now: Clock) -> Result<Outcome, String> {{
+        Err("{name} asks for no action".into())
+    }}
+
+    fn analyze(_input: WalkInput) -> String {{
+        json!({{"success": true, "errors": [], "warnings": [], "node_count": 0}}).to_string()
+    }}
+}}
+
+rye_guest::export_walker!(Walker);
+"#
+        ),
     }
 }
 
@@ -393,6 +452,7 @@ pub fn build(
                 World::Parser => "parser",
                 World::RuntimeAdapter => "adapter",
                 World::Validator => "validator",
+                World::GraphWalker => "walker",
             }
         )?,
     }

@@ -21,3 +21,10 @@ pub(crate) mod validator {
         path: "../../wit/rye-plugin@0.1.0",
     });
 }
+
+pub(crate) mod walker {
+    wasmtime::component::bindgen!({
+        world: "graph-walker",
+        path: "../../wit/rye-plugin@0.1.0",
+    });
+}

@@ -41,6 +41,8 @@ pub enum ComponentErrorKind {
     Trap { message: String, stderr: String },
     /// It returned something the contract does not allow.
     BadOutput(String),
+    /// All of its world's instances are in use (this many).
+    Busy(usize),
 }
 
 impl fmt::Display for ComponentErrorKind {
@@ -92,6 +94,10 @@ impl fmt::Display for ComponentErrorKind {
                 write!(f, "trapped: {message}; it wrote: {}", stderr.trim())
             }
             Self::BadOutput(e) => write!(f, "returned output the contract does not allow: {e}"),
+            Self::Busy(n) => write!(
+                f,
+                "cannot start: all {n} of its world's instances are in use"
+            ),
         }
     }
 }

@@ -46,6 +46,12 @@ pub struct HostConfig {
     pub parser_limits: Limits,
     pub adapter_limits: Limits,
     pub validator_limits: Limits,
+    /// For each call of a graph walker (one decision); its memory is
+    /// the run's.
+    pub walker_limits: Limits,
+    /// Graph walkers alive at once (each walks one run, for as long as
+    /// the run lasts).
+    pub max_walkers: usize,
     /// Try the pooling instance allocator (faster instantiation); it is used
     /// only if the machine lets the engine reserve its address space.
     pub pooling: bool,
@@ -73,6 +79,8 @@ impl Default for HostConfig {
                 ..Limits::default()
             },
             validator_limits: Limits::default(),
+            walker_limits: Limits::default(),
+            max_walkers: 256,
             pooling: true,
             instances_per_world: 0,
             precompiled: None,
@@ -86,6 +94,7 @@ impl HostConfig {
             World::Parser => self.parser_limits,
             World::RuntimeAdapter => self.adapter_limits,
             World::Validator => self.validator_limits,
+            World::GraphWalker => self.walker_limits,
         }
     }
 }
@@ -115,6 +124,7 @@ pub(crate) enum Pre {
     Parser(bindings::parser::ParserPre<CallState>),
     Adapter(bindings::adapter::RuntimeAdapterPre<CallState>),
     Validator(bindings::validator::ValidatorPre<CallState>),
+    Walker(bindings::walker::GraphWalkerPre<CallState>),
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -164,7 +174,10 @@ impl ComponentHost {
         };
         let slots = World::ALL
             .iter()
-            .map(|_| crate::slots::Slots::new(per_world))
+            .map(|world| match world {
+                World::GraphWalker => crate::slots::Slots::new(config.max_walkers),
+                _ => crate::slots::Slots::new(per_world),
+            })
             .collect();
         Ok(Self {
             slots,
@@ -293,6 +306,10 @@ impl ComponentHost {
                 bindings::validator::ValidatorPre::new(instance_pre)
                     .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
             ),
+            World::GraphWalker => Pre::Walker(
+                bindings::walker::GraphWalkerPre::new(instance_pre)
+                    .map_err(|e| ComponentErrorKind::Signature(format!("{e:#}")))?,
+            ),
         };
         Ok(LoadedComponent {
             path: path.to_owned(),
@@ -396,7 +413,43 @@ impl ComponentHost {
         world: World,
         error: wasmtime::Error,
     ) -> ComponentErrorKind {
-        let limits = self.config.limits(world);
+        classify(store, self.config.limits(world), error)
+    }
+
+    /// A store for a graph walker: no deadline yet (each call arms its
+    /// own), and a walker slot taken without waiting, since a run holds
+    /// its walker for as long as it lasts.
+    pub(crate) fn walker_store(&self) -> Result<Store<CallState>, ComponentErrorKind> {
+        let limits = self.config.limits(World::GraphWalker);
+        let mut state = CallState::sandboxed(limits.memory);
+        state.slot = Some(
+            self.slots[world_index(World::GraphWalker)]
+                .try_take()
+                .ok_or(ComponentErrorKind::Busy(self.config.max_walkers))?,
+        );
+        state.world = Some(World::GraphWalker);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_trap();
+        arm_deadline(&mut store, limits);
+        Ok(store)
+    }
+}
+
+/// Arms the deadline of the next call in `store`.
+pub(crate) fn arm_deadline(store: &mut Store<CallState>, limits: Limits) {
+    let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+    // One extra tick: the current one may be about to end.
+    store.set_epoch_deadline(ticks + 1);
+}
+
+/// Turns a failed call into the error it really is.
+pub(crate) fn classify(
+    store: &Store<CallState>,
+    limits: Limits,
+    error: wasmtime::Error,
+) -> ComponentErrorKind {
+    {
         if store.data().limiter.exceeded {
             return ComponentErrorKind::MemoryLimit {
                 limit: limits.memory,

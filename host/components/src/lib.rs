@@ -37,6 +37,7 @@ mod sandbox;
 mod services;
 mod slots;
 mod validate;
+mod walker;
 mod world;
 
 pub use adapter::{
@@ -53,4 +54,5 @@ pub use services::{AdapterServices, PluginSpace};
 pub use validate::{
     ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, SchemaRef, Subject, Validated, ValidatorInfo,
 };
+pub use walker::{MAX_ACTIONS, WalkAction, WalkClock, WalkNext, WalkOutcome, WalkRequest, Walker};
 pub use world::{CONTRACT_PACKAGE, CONTRACT_VERSION, World};

@@ -21,6 +21,16 @@ impl Slots {
         })
     }
 
+    /// Takes a free slot, or `None` when all are held.
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<Slot> {
+        let mut free = self.free.lock().expect("slots lock");
+        if *free == 0 {
+            return None;
+        }
+        *free -= 1;
+        Some(Slot(self.clone()))
+    }
+
     /// Waits for a free slot and takes it.
     pub(crate) fn take(self: &Arc<Self>) -> Slot {
         let mut free = self.free.lock().expect("slots lock");

@@ -13,6 +13,7 @@ pub fn export_interface(world: World) -> &'static str {
         World::Parser => "parsing",
         World::RuntimeAdapter => "planning",
         World::Validator => "validation",
+        World::GraphWalker => "walking",
     }
 }
 

@@ -23,7 +23,7 @@ use crate::{HostError, Rye};
 #[serde(rename_all = "lowercase")]
 pub enum Signable {
     Item(ItemKind),
-    /// `parsers`, `adapters` or `validators`.
+    /// `parsers`, `adapters`, `validators` or `walkers`.
     Component(&'static str),
 }
 
@@ -35,13 +35,14 @@ impl std::str::FromStr for Signable {
             "parser" | "parsers" => Ok(Signable::Component("parsers")),
             "adapter" | "adapters" => Ok(Signable::Component("adapters")),
             "validator" | "validators" => Ok(Signable::Component("validators")),
+            "walker" | "walkers" => Ok(Signable::Component("walkers")),
             other => other
                 .parse()
                 .map(Signable::Item)
                 .map_err(|_| HostError::Unknown {
                     what: "kind to sign",
                     value: other.to_owned(),
-                    expected: "directive, tool, knowledge, config, parser, adapter or validator",
+                    expected: "directive, tool, knowledge, config, parser, adapter, validator or walker",
                 }),
         }
     }

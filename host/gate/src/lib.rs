@@ -23,6 +23,7 @@ pub enum World {
     Parser,
     RuntimeAdapter,
     Validator,
+    GraphWalker,
 }
 
 /// A call of the `rye:plugin/host` interface.
@@ -47,23 +48,30 @@ impl HostCall {
 }
 
 impl World {
-    pub const ALL: [World; 3] = [World::Parser, World::RuntimeAdapter, World::Validator];
+    pub const ALL: [World; 4] = [
+        World::Parser,
+        World::RuntimeAdapter,
+        World::Validator,
+        World::GraphWalker,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             World::Parser => "parser",
             World::RuntimeAdapter => "runtime-adapter",
             World::Validator => "validator",
+            World::GraphWalker => "graph-walker",
         }
     }
 
     /// The host calls a component of this world may make. Parsers and
-    /// validators are pure functions of their input: none. A runtime
+    /// validators are pure functions of their input, and a graph walker
+    /// decides from what it is told: none. A runtime
     /// adapter plans a process, so it may ask about the machine it plans
     /// for.
     pub fn host_calls(self) -> &'static [HostCall] {
         match self {
-            World::Parser | World::Validator => &[],
+            World::Parser | World::Validator | World::GraphWalker => &[],
             World::RuntimeAdapter => &HostCall::ALL,
         }
     }
@@ -85,6 +93,7 @@ impl World {
             World::Parser => "parsers",
             World::RuntimeAdapter => "adapters",
             World::Validator => "validators",
+            World::GraphWalker => "walkers",
         }
     }
 }

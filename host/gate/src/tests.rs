@@ -20,6 +20,11 @@ fn host_calls_by_world() {
         (World::RuntimeAdapter, Which, true),
         (World::RuntimeAdapter, RunDeclaredCommand, true),
         (World::RuntimeAdapter, ReadConfig, true),
+        (World::GraphWalker, GetEnv, false),
+        (World::GraphWalker, Environment, false),
+        (World::GraphWalker, Which, false),
+        (World::GraphWalker, RunDeclaredCommand, false),
+        (World::GraphWalker, ReadConfig, false),
     ];
     for (world, call, allowed) in table {
         assert_eq!(world.may_call(call), allowed, "{world} {call:?}");
@@ -47,6 +52,12 @@ fn file_views_by_world_and_path() {
             World::Validator,
             Some(p("/work/app")),
             Some(p("/work/app/.ai/tools/x/t.py")),
+            &[],
+        ),
+        (
+            World::GraphWalker,
+            Some(p("/work/app")),
+            Some(p("/work/app/.ai/tools/x/t.yaml")),
             &[],
         ),
         // An adapter: the project, the tool's folder and the one above.
