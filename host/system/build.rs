@@ -1,5 +1,5 @@
-//! Builds the components in `runtimes/` (parsers), `runtimes/adapters/` and
-//! `runtimes/validators/`
+//! Builds the components in `runtimes/` (parsers), `runtimes/adapters/`,
+//! `runtimes/validators/` and `runtimes/walkers/`
 //! and embeds them, with every file of the repository's `.ai/`, into the
 //! crate, so the binary carries its system space and works from any
 //! directory.
@@ -57,6 +57,7 @@ fn main() {
         "runtimes/Cargo.toml",
         "runtimes/adapters/Cargo.toml",
         "runtimes/validators/Cargo.toml",
+        "runtimes/walkers/Cargo.toml",
     ]
     .iter()
     .flat_map(|workspace| rye_wasm_build::build_workspace(&root.join(workspace)));

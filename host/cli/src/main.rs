@@ -829,12 +829,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let parameters: serde_json::Value =
                 serde_json::from_str(&text).context("the parameters are not JSON")?;
             let request = ExecuteRequest {
-                kind,
-                id,
                 parameters,
                 project,
                 dry_run,
                 trace,
+                ..ExecuteRequest::new(kind, id)
             };
             let rye = std::sync::Arc::new(rye);
             contain_runs();

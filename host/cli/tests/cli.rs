@@ -1608,6 +1608,7 @@ fn component_new_build_and_inspect_make_working_components_of_every_world() {
         ("validator", "needs-description"),
         ("parser", "key-value"),
         ("runtime-adapter", "run-with"),
+        ("graph-walker", "echo-inputs"),
     ] {
         let dir = work.path().join(name);
         let made = env.ok(&[
@@ -1695,8 +1696,26 @@ fn component_new_build_and_inspect_make_working_components_of_every_world() {
     assert!(String::from_utf8_lossy(&taken.stderr).contains("not empty"));
     let unknown = env.rye(&["component", "new", "linker", "x"]);
     assert!(
-        String::from_utf8_lossy(&unknown.stderr).contains("parser, runtime-adapter or validator")
+        String::from_utf8_lossy(&unknown.stderr)
+            .contains("parser, runtime-adapter, validator or graph-walker")
     );
+
+    // The walker scaffold walks a graph that names it: it ends at once,
+    // its result the run's inputs.
+    env.write(
+        ".ai/tools/demo/echoed.yaml",
+        "version: \"1.0.0\"\ntool_type: graph\nexecutor_id: rye/core/runtimes/state-graph/runtime\ncategory: demo\ndescription: Echoes its inputs.\nwalker: echo-inputs\npermissions: []\nconfig: {start: a, nodes: {a: {type: return}}}\n",
+    );
+    env.ok(&["sign", "tool", "demo/echoed"]);
+    let out = env.ok(&[
+        "execute",
+        "tool",
+        "demo/echoed",
+        "--params",
+        "{\"say\": \"hi\"}",
+    ]);
+    let ran: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(ran["data"]["output"], json!({"say": "hi"}), "{ran:#}");
 }
 
 /// Copies the `.ai/` tree of `examples/<name>` into the project.

@@ -15,8 +15,15 @@ pub(crate) const PRIMITIVE_ALIASES: &[(&str, &str)] =
 pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
 /// The primitive that calls tools on MCP servers.
 pub const MCP_PRIMITIVE: &str = "rye/core/primitives/mcp_client";
+/// The primitive that walks state graphs.
+pub const GRAPH_PRIMITIVE: &str = "rye/core/primitives/state_graph";
 /// The primitives a chain may end in.
-pub const PRIMITIVES: &[&str] = &[EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE];
+pub const PRIMITIVES: &[&str] = &[
+    EXECUTE_PRIMITIVE,
+    HTTP_PRIMITIVE,
+    MCP_PRIMITIVE,
+    GRAPH_PRIMITIVE,
+];
 
 /// Why a chain could not be built or is not valid. Each names the
 /// elements involved and the rule.

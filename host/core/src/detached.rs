@@ -294,12 +294,10 @@ impl Rye {
             ));
         }
         let request = ExecuteRequest {
-            kind: run.item_type,
-            id: run.item_id.clone(),
             parameters: run.parameters.clone(),
             project: Some(run.project.clone()),
-            dry_run: false,
             trace: run.trace,
+            ..ExecuteRequest::new(run.item_type, run.item_id.clone())
         };
         let begun = Instant::now();
         let recording = Recording::resumed(&self.threads, thread_id.to_owned(), recorder.clone());

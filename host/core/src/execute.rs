@@ -36,7 +36,7 @@ use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
-use crate::chain_rules::{EXECUTE_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE};
+use crate::chain_rules::{EXECUTE_PRIMITIVE, GRAPH_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE};
 use crate::lockfile::LockState;
 use crate::reply::{
     DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
@@ -65,6 +65,11 @@ pub struct ExecuteRequest {
     pub dry_run: bool,
     /// Return the events of the execution.
     pub trace: bool,
+    /// The thread of the run this one is part of (a graph's step).
+    pub parent_thread: Option<String>,
+    /// The permissions of the graphs this run is part of, outermost first:
+    /// a graph run here may ask only for what each of them allows.
+    pub grants: Vec<Arc<[String]>>,
 }
 
 impl ExecuteRequest {
@@ -82,6 +87,8 @@ impl ExecuteRequest {
             project: None,
             dry_run: false,
             trace: false,
+            parent_thread: None,
+            grants: Vec::new(),
         }
     }
 }
@@ -168,10 +175,12 @@ impl Rye {
         let recording = if request.dry_run || !self.threads.enabled() {
             None
         } else {
-            Some(
-                self.threads
-                    .start(&request.project_dir(), &request.id, &request.parameters),
-            )
+            Some(self.threads.start(
+                &request.project_dir(),
+                &request.id,
+                &request.parameters,
+                request.parent_thread.clone(),
+            ))
         };
         self.run_tool(request, started, recording, None).await
     }
@@ -187,6 +196,7 @@ impl Rye {
         let mut run = ToolRun::new(self, request, started);
         run.counts = counts;
         run.begun = recording.as_ref().map(crate::threads::Recording::begun);
+        run.thread_id = recording.as_ref().map(|r| r.id().to_owned());
         let mut result = match run.stages().await {
             Ok(result) | Err(result) => result,
         };
@@ -664,6 +674,8 @@ fn fill_values(value: &mut Value, inputs: &Map<String, Value>) {
     }
 }
 
+mod graph;
+
 /// A result that ends the execution early: the error result, complete.
 type Stage<T> = Result<T, Value>;
 
@@ -687,6 +699,8 @@ struct ToolRun<'a> {
     /// The run's thread record being written, waited for before the run
     /// acts on the world.
     begun: Option<crate::threads::Begun>,
+    /// The run's thread, when it is recorded.
+    thread_id: Option<String>,
 }
 
 #[derive(Default)]
@@ -710,6 +724,7 @@ impl<'a> ToolRun<'a> {
             timed_out: false,
             counts: None,
             begun: None,
+            thread_id: None,
         }
     }
 
@@ -719,6 +734,13 @@ impl<'a> ToolRun<'a> {
         self.validate(&chain)?;
         if self.request.dry_run {
             return Ok(self.dry_run_result(&chain));
+        }
+        if chain.primitive().item_id == GRAPH_PRIMITIVE {
+            if let Some(begun) = self.begun.take() {
+                begun.wait().await;
+            }
+            let ran = self.walk(&chain).await?;
+            return Ok(self.record(&chain, &lock, ran));
         }
         let planned = self.plan(&chain)?;
         self.verify_deps(&chain, &planned.notes)?;

@@ -13,7 +13,7 @@
 //! | tool      | `tool_type`       | `__tool_type__`, `tool_type`                                  |
 //! | tool      | `executor_id`     | `__executor_id__`, `executor_id` (`null`: a chain root)       |
 //! | tool      | `config_schema`, `env_config`, `config`, `config_resolve` | `CONFIG_SCHEMA`… or the bare lowercase key |
-//! | tool      | `anchor`, `verify_deps`, `execution_params`, `child_constraints`, `inputs`, `outputs`, `adapter` | bare keys |
+//! | tool      | `anchor`, `verify_deps`, `execution_params`, `child_constraints`, `inputs`, `outputs`, `adapter`, `input_schema`, `definition_hash`, `permissions`, `env_requires`, `limits`, `walker` | bare keys |
 //! | directive | `description`, `author`, `title` | same keys                                        |
 //! | knowledge | `title`, `entry_type`, `tags`, `description`, `author`, `created_at` | same keys     |
 
@@ -48,6 +48,10 @@ const TOOL_FIELDS: &[(&str, &[&str])] = &[
     ("adapter", &["adapter"]),
     ("input_schema", &["input_schema"]),
     ("definition_hash", &["definition_hash"]),
+    ("permissions", &["permissions"]),
+    ("env_requires", &["env_requires"]),
+    ("limits", &["limits"]),
+    ("walker", &["walker"]),
 ];
 
 const DIRECTIVE_FIELDS: &[(&str, &[&str])] = &[

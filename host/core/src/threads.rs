@@ -99,6 +99,7 @@ impl Threads {
         project: &Path,
         item_id: &str,
         parameters: &Value,
+        parent: Option<String>,
     ) -> Recording {
         let id = rye_threads::new_thread_id();
         let new = NewThread {
@@ -107,7 +108,7 @@ impl Threads {
             params_hash: params_hash(parameters),
             chain: Value::Null,
             execution_mode: "sync".into(),
-            parent_id: None,
+            parent_id: parent,
             process: None,
             thread_id: Some(id.clone()),
         };

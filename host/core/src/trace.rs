@@ -107,6 +107,20 @@ pub enum Step {
         startup_timeout_ms: Option<u64>,
         timeout_ms: Option<u64>,
     },
+    /// The graph walker that walked a graph tool.
+    Walker { path: PathBuf },
+    /// One decision of the walker and what the host did about it: the
+    /// node the run is at after it, the steps taken, what came next
+    /// (`dispatch`, `proceed` or `finished`), the walker's time and the
+    /// actions' time.
+    GraphStep {
+        node: Option<String>,
+        steps: u32,
+        next: &'static str,
+        actions: Vec<String>,
+        walker_us: u64,
+        actions_us: u64,
+    },
     /// The files under the tool's anchor, verified.
     VerifyDeps { anchor_path: PathBuf, files: usize },
     /// The process ran.

@@ -31,6 +31,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("inputs", Kind::List),
     ("outputs", Kind::List),
     ("adapter", Kind::String),
+    ("walker", Kind::String),
     ("execution_owner", Kind::String),
     ("native_async", Kind::Boolean),
     ("native_resume", Kind::Boolean),
@@ -65,6 +66,13 @@ const MCP_CONFIG_KEYS: &[(&str, Kind)] = &[
     ("tool_name", Kind::String),
     ("timeout", Kind::Number),
     ("startup_timeout", Kind::Number),
+];
+
+/// The config of a runtime whose executor is the state-graph primitive:
+/// defaults a graph's own config overrides.
+const GRAPH_CONFIG_KEYS: &[(&str, Kind)] = &[
+    ("max_steps", Kind::Integer),
+    ("max_concurrency", Kind::Integer),
 ];
 
 const INTERPRETER_KEYS: &[(&str, Kind)] = &[
@@ -173,6 +181,7 @@ pub(crate) fn check(document: &Map<String, Value>, report: &mut Report) {
         let known = match document.get("executor_id").and_then(Value::as_str) {
             Some("rye/core/primitives/http_client") => HTTP_CONFIG_KEYS,
             Some("rye/core/primitives/mcp_client") => MCP_CONFIG_KEYS,
+            Some("rye/core/primitives/state_graph") => GRAPH_CONFIG_KEYS,
             _ => CONFIG_KEYS,
         };
         keys(config, known, "config.", report);

@@ -1,0 +1,704 @@
+//! Graph tools through the real binary: the state-graph walker component
+//! built from source decides each step, and every action is a real
+//! execution of a real tool, under the graph's permissions.
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+mod common;
+
+struct Env {
+    project: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let env = Self {
+            project: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+        };
+        env.ok(&["keys", "generate"]);
+        env.ok(&["keys", "trust"]);
+        env
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        command.args(args);
+        common::clean_env(
+            &mut command,
+            self.project.path(),
+            self.home.path(),
+            &common::shared_cache(),
+        );
+        command
+    }
+
+    fn rye(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.rye(args);
+        assert!(
+            out.status.success(),
+            "rye {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    /// Writes the graph tool `id` (YAML text after the common header) and
+    /// signs it.
+    fn graph(&self, id: &str, body: &str) {
+        let path = self.project.path().join(format!(".ai/tools/{id}.yaml"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let category = id.rsplit_once('/').map_or("", |(c, _)| c);
+        std::fs::write(
+            &path,
+            format!(
+                "version: \"1.0.0\"\ntool_type: graph\nexecutor_id: rye/core/runtimes/state-graph/runtime\ncategory: {category}\ndescription: A test graph.\n{body}"
+            ),
+        )
+        .unwrap();
+        self.ok(&["sign", "tool", id]);
+    }
+
+    fn execute(&self, tool: &str, params: Value) -> Value {
+        let out = self.rye(&["execute", "tool", tool, "--params", &params.to_string()]);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+}
+
+const COUNT: &str = r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config_schema: {type: object, properties: {path: {type: string, default: "README.md"}}}
+config:
+  start: count
+  max_steps: 5
+  nodes:
+    count:
+      action: {primary: execute, kind: tool, item_id: rye/bash/bash, params: {command: "n=$(wc -l < ${inputs.path}) && echo lines $n"}}
+      assign: {lines: "${result.stdout}"}
+      on_error: failed
+      next:
+        - {to: big, when: {path: state.lines, op: regex, value: "^lines [0-9]{3,}"}}
+        - {to: small}
+    big:   {type: return, output: {size: big, lines: "${state.lines}"}}
+    small: {type: return, output: {size: small}}
+    failed: {type: return, output: {error: "${state._last_error.error}"}}
+"#;
+
+#[test]
+fn the_specs_example_runs_each_branch() {
+    let env = Env::new();
+    env.graph("demo/count", COUNT);
+    let lines: String = (1..=150).map(|n| format!("{n}\n")).collect();
+    std::fs::write(env.project.path().join("README.md"), lines).unwrap();
+    std::fs::write(env.project.path().join("short.txt"), "one\ntwo\n").unwrap();
+
+    let big = env.execute("demo/count", json!({}));
+    assert_eq!(big["status"], "success", "{big:#}");
+    let data = &big["data"];
+    assert_eq!(data["success"], true);
+    assert_eq!(data["status"], "completed");
+    assert_eq!(
+        data["output"],
+        json!({"size": "big", "lines": "lines 150\n"})
+    );
+    assert_eq!(data["steps"], 2);
+    assert!(
+        data["graph_run_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("demo-count-")
+    );
+
+    let small = env.execute("demo/count", json!({"path": "short.txt"}));
+    assert_eq!(
+        small["data"]["output"],
+        json!({"size": "small"}),
+        "{small:#}"
+    );
+
+    // The tool fails (no such file): the node's on_error takes the run on.
+    let failed = env.execute("demo/count", json!({"path": "missing.txt"}));
+    assert_eq!(failed["status"], "success", "{failed:#}");
+    let error = failed["data"]["output"]["error"].as_str().unwrap();
+    assert!(error.contains("missing.txt"), "{failed:#}");
+
+    // Each step's action is a thread of its own, the graph's its parent.
+    let graph_thread = big["metadata"]["thread_id"].as_str().unwrap();
+    let threads = env.json(&["--json", "threads", "list"]);
+    let children: Vec<&Value> = threads
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["parent_id"] == graph_thread)
+        .collect();
+    assert_eq!(children.len(), 1, "{threads:#}");
+    assert_eq!(children[0]["item_id"], "rye/bash/bash");
+}
+
+#[test]
+fn trace_shows_each_step_and_its_decision() {
+    let env = Env::new();
+    env.graph("demo/count", COUNT);
+    std::fs::write(env.project.path().join("README.md"), "x\n").unwrap();
+    let out = env.ok(&["execute", "tool", "demo/count", "--trace"]);
+    let ran: Value = serde_json::from_str(&out).unwrap();
+    let steps: Vec<&Value> = ran["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["step"] == "graph_step")
+        .collect();
+    let decided: Vec<&str> = steps.iter().map(|s| s["next"].as_str().unwrap()).collect();
+    assert_eq!(
+        decided,
+        ["proceed", "dispatch", "proceed", "finished"],
+        "{:#}",
+        ran["trace"]
+    );
+    assert_eq!(steps[1]["actions"], json!(["rye/bash/bash"]));
+    assert_eq!(steps[2]["node"], "small");
+    assert!(ran["trace"].as_array().unwrap().iter().any(
+        |e| e["step"] == "walker" && e["path"].as_str().unwrap().ends_with("state-graph.wasm")
+    ));
+}
+
+#[test]
+fn an_action_the_permissions_do_not_grant_never_runs() {
+    let env = Env::new();
+    let marker = env.project.path().join("ran");
+    env.graph(
+        "demo/denied",
+        &format!(
+            r#"permissions: ["rye.execute.tool.demo.*", "rye.load.*"]
+config:
+  start: a
+  nodes:
+    a:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "touch {}"}}}}
+"#,
+            marker.display()
+        ),
+    );
+    let ran = env.execute("demo/denied", json!({}));
+    assert_eq!(ran["status"], "error", "{ran:#}");
+    let error = ran["error"].as_str().unwrap();
+    assert!(
+        error.contains("permission denied") && error.contains("rye.execute.tool.rye.bash.bash"),
+        "{error}"
+    );
+    assert!(!marker.exists(), "the denied action ran");
+
+    // No permissions at all: the graph does not start.
+    env.graph(
+        "demo/unpermitted",
+        "config:\n  start: a\n  nodes:\n    a: {type: return}\n",
+    );
+    let ran = env.execute("demo/unpermitted", json!({}));
+    assert!(
+        ran["error"].as_str().unwrap().contains("permissions"),
+        "{ran:#}"
+    );
+
+    // The caller may narrow what a graph may do.
+    env.graph(
+        "demo/allowed",
+        r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a: {action: {kind: tool, item_id: rye/bash/bash, params: {command: "echo hi"}}, next: b}
+    b: {type: return}
+"#,
+    );
+    assert_eq!(
+        env.execute("demo/allowed", json!({}))["data"]["status"],
+        "completed"
+    );
+    let narrowed = env.execute(
+        "demo/allowed",
+        json!({"capabilities": ["rye.execute.tool.demo.*"]}),
+    );
+    assert!(
+        narrowed["error"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
+        "{narrowed:#}"
+    );
+}
+
+#[test]
+fn a_graph_cannot_widen_the_grant_of_the_graph_that_runs_it() {
+    let env = Env::new();
+    let marker = env.project.path().join("ran");
+    env.graph(
+        "demo/inner",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a: {{action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "touch {}"}}}}, next: b}}
+    b: {{type: return, output: done}}
+"#,
+            marker.display()
+        ),
+    );
+    env.graph(
+        "demo/outer",
+        r#"permissions: ["rye.execute.tool.demo.inner"]
+config:
+  start: a
+  nodes:
+    a: {action: {kind: tool, item_id: demo/inner}, next: b}
+    b: {type: return}
+"#,
+    );
+    // Alone, the inner graph may run bash.
+    assert_eq!(
+        env.execute("demo/inner", json!({}))["data"]["output"],
+        "done"
+    );
+    std::fs::remove_file(&marker).unwrap();
+    // Under the outer one, which may run only demo/inner, it may not.
+    let ran = env.execute("demo/outer", json!({}));
+    assert_eq!(ran["status"], "error", "{ran:#}");
+    assert!(
+        ran["error"].as_str().unwrap().contains("permission denied"),
+        "{ran:#}"
+    );
+    assert!(
+        !marker.exists(),
+        "the inner graph widened its caller's grant"
+    );
+}
+
+/// Each item's tool writes when it starts and ends; no more than
+/// `max_concurrency` are ever running, and more than one are.
+#[test]
+fn a_parallel_foreach_never_runs_more_than_its_concurrency() {
+    let env = Env::new();
+    let log = env.project.path().join("log");
+    env.graph(
+        "demo/fan",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: fan
+  nodes:
+    fan:
+      type: foreach
+      over: "${{inputs.items}}"
+      as: n
+      parallel: true
+      max_concurrency: 2
+      collect: outs
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo start $(date +%s%N) >> {log}; sleep 0.4; echo end $(date +%s%N) >> {log}; echo item-${{n}}"}}}}
+      next: done
+    done: {{type: return, output: "${{state.outs}}"}}
+"#,
+            log = log.display()
+        ),
+    );
+    let ran = env.execute("demo/fan", json!({"items": [1, 2, 3, 4, 5, 6]}));
+    assert_eq!(ran["status"], "success", "{ran:#}");
+    let outs: Vec<&str> = ran["data"]["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["stdout"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outs,
+        [
+            "item-1\n", "item-2\n", "item-3\n", "item-4\n", "item-5\n", "item-6\n"
+        ]
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut marks: Vec<(u128, i32)> = text
+        .lines()
+        .map(|line| {
+            let (what, at) = line.split_once(' ').unwrap();
+            (at.parse().unwrap(), if what == "start" { 1 } else { -1 })
+        })
+        .collect();
+    // An end and a start at the same instant: the end first.
+    marks.sort();
+    let (mut running, mut peak) = (0, 0);
+    for (_, change) in marks {
+        running += change;
+        peak = peak.max(running);
+    }
+    assert_eq!(peak, 2, "{text}");
+}
+
+#[test]
+fn a_loop_stops_at_max_steps_and_a_bad_graph_is_refused() {
+    let env = Env::new();
+    env.graph(
+        "demo/forever",
+        "permissions: []\nconfig:\n  start: a\n  max_steps: 25\n  nodes:\n    a: {type: gate, next: a}\n",
+    );
+    let ran = env.execute("demo/forever", json!({}));
+    assert_eq!(ran["status"], "error");
+    assert_eq!(ran["error"], "Max steps exceeded (25)", "{ran:#}");
+    assert_eq!(ran["data"]["steps"], 25);
+    // The runtime's default applies when the graph sets none.
+    env.graph(
+        "demo/forever_default",
+        "permissions: []\nconfig:\n  start: a\n  nodes:\n    a: {type: gate, next: a}\n",
+    );
+    assert_eq!(
+        env.execute("demo/forever_default", json!({}))["error"],
+        "Max steps exceeded (100)"
+    );
+
+    env.graph(
+        "demo/broken",
+        "permissions: []\nconfig:\n  start: nowhere\n  nodes:\n    a: {type: return}\n",
+    );
+    let ran = env.execute("demo/broken", json!({}));
+    assert!(
+        ran["error"].as_str().unwrap().contains("nowhere"),
+        "{ran:#}"
+    );
+}
+
+#[test]
+fn validate_analyzes_without_running() {
+    let env = Env::new();
+    let marker = env.project.path().join("ran");
+    env.graph(
+        "demo/checked",
+        &format!(
+            r#"permissions: ["rye.execute.tool.*"]
+config:
+  start: a
+  nodes:
+    a: {{action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "touch {}"}}}}, next: gone, assign: {{x: "${{state.never}}"}}}}
+    lonely: {{type: return}}
+"#,
+            marker.display()
+        ),
+    );
+    let report = env.execute("demo/checked", json!({"validate": true}));
+    assert_eq!(report["status"], "error", "{report:#}");
+    let data = &report["data"];
+    assert_eq!(data["success"], false);
+    assert_eq!(data["node_count"], 2);
+    let (errors, warnings) = (data["errors"].to_string(), data["warnings"].to_string());
+    assert!(errors.contains("gone"), "{errors}");
+    assert!(warnings.contains("lonely"), "{warnings}");
+    assert!(warnings.contains("state.never"), "{warnings}");
+    assert!(!marker.exists(), "validate ran the graph");
+}
+
+/// A graph of 30 steps, ten of them tools that write to a log as they
+/// begin and end.
+fn crash_graph(log: &std::path::Path) -> String {
+    let mut nodes = String::new();
+    for i in 1..=30 {
+        let next = if i == 30 {
+            "done".to_owned()
+        } else {
+            format!("s{}", i + 1)
+        };
+        if i % 3 == 0 {
+            nodes.push_str(&format!(
+                "    s{i}: {{action: {{kind: tool, item_id: rye/bash/bash, params: {{command: \"echo begin s{i} >> {log}; sleep 0.03; echo end s{i} >> {log}; echo s{i}\"}}}}, assign: {{last: \"${{result.stdout}}\", s{i}: \"${{result.stdout}}\"}}, next: {next}}}\n",
+                log = log.display()
+            ));
+        } else {
+            nodes.push_str(&format!(
+                "    s{i}: {{type: gate, assign: {{at: s{i}}}, next: {next}}}\n"
+            ));
+        }
+    }
+    format!(
+        "permissions: [\"rye.execute.tool.rye.bash.*\"]\nconfig:\n  start: s1\n  max_steps: 40\n  state: {{big: \"${{inputs.big}}\"}}\n  nodes:\n{nodes}    done: {{type: return, output: {{last: \"${{state.last}}\", s3: \"${{state.s3}}\", s15: \"${{state.s15}}\", s30: \"${{state.s30}}\", at: \"${{state.at}}\"}}}}\n"
+    )
+}
+
+fn run_ids(env: &Env) -> Vec<String> {
+    let dir = env.project.path().join(".ai/state/objects/refs/graphs");
+    let mut ids: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().into_string().ok()?;
+                    name.strip_suffix(".json").map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// Killed with SIGKILL at a different moment each trial, every run
+/// resumed to the same output as the uninterrupted one; no tool that had
+/// ended before the kill runs again (only the one running at the kill
+/// may: its end was never recorded).
+#[test]
+fn a_run_killed_at_any_moment_resumes_to_the_same_end() {
+    let env = Env::new();
+    let log = env.project.path().join("log");
+    env.graph("demo/crash", &crash_graph(&log));
+    let whole = env.execute("demo/crash", json!({"big": "x"}));
+    assert_eq!(whole["status"], "success", "{whole:#}");
+    let expected = whole["data"]["output"].clone();
+    assert_eq!(expected["s30"], "s30\n");
+    let took = whole["metadata"]["duration_ms"].as_u64().unwrap().max(50);
+    std::fs::remove_file(&log).unwrap();
+
+    let trials: u64 = std::env::var("RYE_GRAPH_CRASH_TRIALS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(100);
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut resumed = 0;
+    for trial in 0..trials {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let delay = 20 + (seed >> 33) % (took + 100);
+        let _ = std::fs::remove_file(&log);
+        let before: Vec<String> = run_ids(&env);
+        let mut child = env
+            .command(&[
+                "execute",
+                "tool",
+                "demo/crash",
+                "--params",
+                &json!({"big": "x"}).to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let at_kill = std::fs::read_to_string(&log).unwrap_or_default();
+        let new: Vec<String> = run_ids(&env)
+            .into_iter()
+            .filter(|id| !before.contains(id))
+            .collect();
+        let Some(run) = new.first() else {
+            // Killed before the run's first checkpoint: nothing to resume,
+            // and nothing ran.
+            assert!(at_kill.is_empty(), "trial {trial}: {at_kill}");
+            continue;
+        };
+        let again = env.execute("demo/crash", json!({"resume": true, "graph_run_id": run}));
+        let done = if again["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("already ended"))
+        {
+            // The run had ended before the kill landed.
+            continue;
+        } else {
+            again
+        };
+        resumed += 1;
+        assert_eq!(done["status"], "success", "trial {trial}: {done:#}");
+        assert_eq!(done["data"]["output"], expected, "trial {trial}");
+        assert_eq!(done["data"]["graph_run_id"], run.as_str());
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let last_begun = at_kill
+            .lines()
+            .filter_map(|l| l.strip_prefix("begin "))
+            .next_back();
+        for i in (3..=30).step_by(3) {
+            let label = format!("s{i}");
+            let ends = text
+                .lines()
+                .filter(|l| *l == format!("end {label}"))
+                .count();
+            if Some(label.as_str()) == last_begun {
+                assert!(
+                    (1..=2).contains(&ends),
+                    "trial {trial}: {label} ended {ends} times:\n{text}"
+                );
+            } else {
+                assert_eq!(
+                    ends, 1,
+                    "trial {trial}: {label} ended {ends} times:\n{text}"
+                );
+            }
+        }
+    }
+    eprintln!("{resumed} of {trials} runs killed mid-run and resumed");
+    assert!(
+        resumed >= trials / 2,
+        "only {resumed} of {trials} trials killed a run mid-way"
+    );
+}
+
+#[test]
+fn resume_refuses_a_changed_graph_an_ended_run_and_a_bad_id() {
+    let env = Env::new();
+    let log = env.project.path().join("log");
+    env.graph("demo/crash", &crash_graph(&log));
+    let mut child = env
+        .command(&["execute", "tool", "demo/crash", "--params", "{\"big\": 1}"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("end s3")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the graph did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run = run_ids(&env).pop().unwrap();
+
+    // Edited (and signed again) since the run started: refused.
+    let path = env.project.path().join(".ai/tools/demo/crash.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("max_steps: 40", "max_steps: 41")).unwrap();
+    env.ok(&["sign", "tool", "demo/crash"]);
+    let refused = env.execute("demo/crash", json!({"resume": true, "graph_run_id": run}));
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("has changed since run"),
+        "{refused:#}"
+    );
+    // Put back, it goes on and ends; then it is over.
+    std::fs::write(&path, &text).unwrap();
+    env.ok(&["sign", "tool", "demo/crash"]);
+    let done = env.execute("demo/crash", json!({"resume": true, "graph_run_id": run}));
+    assert_eq!(done["data"]["status"], "completed", "{done:#}");
+    let again = env.execute("demo/crash", json!({"resume": true, "graph_run_id": run}));
+    assert!(
+        again["error"].as_str().unwrap().contains("already ended"),
+        "{again:#}"
+    );
+
+    for bad in ["../../../etc/passwd", "", "no-such-run"] {
+        let refused = env.execute("demo/crash", json!({"resume": true, "graph_run_id": bad}));
+        assert_eq!(refused["status"], "error", "{bad}: {refused:#}");
+    }
+    let missing = env.execute("demo/crash", json!({"resume": true}));
+    assert!(missing["error"].as_str().unwrap().contains("graph_run_id"));
+}
+
+/// A value that never changes is stored once, however many steps follow.
+#[test]
+fn checkpoints_store_an_unchanged_value_once() {
+    let env = Env::new();
+    let mut nodes = String::new();
+    for i in 1..=100 {
+        nodes.push_str(&format!(
+            "    a{i}: {{type: gate, assign: {{n: a{i}}}, next: {}}}\n",
+            if i == 100 {
+                "done".to_owned()
+            } else {
+                format!("a{}", i + 1)
+            }
+        ));
+    }
+    env.graph(
+        "demo/steady",
+        &format!(
+            "permissions: []\nconfig:\n  start: a1\n  max_steps: 200\n  nodes:\n{nodes}    done: {{type: return, output: \"${{state.n}}\"}}\n"
+        ),
+    );
+    let big = "y".repeat(100 * 1024);
+    let objects = env.project.path().join(".ai/state/objects/objects");
+    let size = |dir: &std::path::Path| -> u64 {
+        walk(dir).iter().map(|p| p.metadata().unwrap().len()).sum()
+    };
+    let ran = env.execute("demo/steady", json!({"big": big}));
+    assert_eq!(ran["data"]["output"], "a100", "{ran:#}");
+    assert_eq!(ran["data"]["steps"], 101);
+    let stored = size(&objects);
+    // The 100 KB input once (in `inputs`), and each step's snapshot.
+    assert!(stored < 100 * 1024 + 101 * 2048, "stored {stored} bytes");
+    assert!(stored > 100 * 1024, "stored {stored} bytes");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files.extend(walk(&path));
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The gate is the host's, not the walker's: a walker that asks for an
+/// action the graph's permissions do not grant gets a denial, and the
+/// action never runs.
+#[test]
+fn a_walker_cannot_take_what_the_graph_is_not_granted() {
+    let env = Env::new();
+    let walkers = env.project.path().join(".ai/walkers");
+    std::fs::create_dir_all(&walkers).unwrap();
+    std::fs::copy(
+        rye_test_artifacts::WALKER_HOSTILE,
+        walkers.join("hostile.wasm"),
+    )
+    .unwrap();
+    env.ok(&["sign", "walker", "hostile"]);
+    env.graph(
+        "demo/escalate",
+        "walker: hostile\npermissions: [\"rye.load.*\"]\nconfig: {start: a, nodes: {a: {type: return}}}\n",
+    );
+    let marker = env.project.path().join("escalated");
+    let ran = env.execute(
+        "demo/escalate",
+        json!({"command": format!("touch {}", marker.display())}),
+    );
+    assert_eq!(ran["status"], "success", "{ran:#}");
+    let denied = ran["data"]["output"]["error"].as_str().unwrap();
+    assert!(denied.contains("permission denied"), "{ran:#}");
+    assert!(!marker.exists(), "the walker's action ran");
+
+    // An unsigned walker is refused before it runs.
+    std::fs::write(
+        walkers.join("hostile.wasm"),
+        std::fs::read(rye_test_artifacts::WALKER_HOSTILE)
+            .unwrap()
+            .into_iter()
+            .chain(*b"\0")
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let refused = env.execute("demo/escalate", json!({"command": "true"}));
+    assert_eq!(refused["status"], "error", "{refused:#}");
+    assert!(!marker.exists());
+}

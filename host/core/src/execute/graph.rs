@@ -1,0 +1,689 @@
+//! Graph tools: a chain that ends in the state-graph primitive is walked,
+//! not planned. A walker component (`walker:` in the chain, else
+//! `rye/state-graph`, found through the spaces like any component)
+//! decides each step; the host takes every action it asks for through the
+//! same door as any call, under the graph's `permissions`.
+//!
+//! A graph's action needs the capability `rye.<primary>.<kind>.<id with
+//! / as .>`, matched as a shell pattern (`*`, `?`, `[…]`) against the
+//! graph's permissions, and against the grant of every graph it runs
+//! under and any `capabilities` its caller sent: a graph never has more
+//! than whoever runs it. No permissions, no actions.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use rye_components::{WalkAction, WalkClock, WalkNext, WalkOutcome, WalkRequest, World};
+use rye_space::{ItemKind, Space};
+use serde_json::{Map, Value, json};
+
+use super::{ExecuteRequest, Ran, Stage, ToolRun, blocking};
+use crate::chain::Chain;
+use crate::reply::SignReply;
+use crate::trace::Step;
+use crate::{ErrorReply, LoadRequest, Rye, SearchRequest, Signable};
+
+/// The walker a chain uses unless one of its elements names another.
+pub(crate) const DEFAULT_WALKER: &str = "rye/state-graph";
+
+mod checkpoint;
+
+/// Parameters the host reads and the walker is not shown.
+const HOST_PARAMETERS: [&str; 4] = ["validate", "capabilities", "resume", "graph_run_id"];
+
+type Acting = Pin<Box<dyn Future<Output = Value> + Send>>;
+
+impl ToolRun<'_> {
+    /// Walks the graph tool at the head of `chain` to its end.
+    pub(super) async fn walk(&mut self, chain: &Chain) -> Stage<Ran> {
+        let started = Instant::now();
+        let tool = chain.tool();
+        let name = chain
+            .elements
+            .iter()
+            .find_map(|e| e.metadata.get("walker").and_then(Value::as_str))
+            .unwrap_or(DEFAULT_WALKER)
+            .to_owned();
+        let (spaces, trust) = (&self.session.spaces, self.session.trust(self.rye));
+        let found = match self
+            .rye
+            .find_component(spaces, &trust, &name, World::GraphWalker)
+        {
+            Ok(Ok(found)) => found,
+            Ok(Err(searched)) => {
+                return Err(self.fail(ErrorReply::new(format!(
+                    "graph walker {name:?} not found (searched {})",
+                    rye_space::display_paths(&searched)
+                ))));
+            }
+            Err(e) => return Err(self.host_failure(&e)),
+        };
+        self.warnings.extend(
+            found
+                .signed
+                .warning(&format!("walker {}", found.component.path.display())),
+        );
+        self.step(Step::Walker {
+            path: found.component.path.clone(),
+        });
+        let mut walker = self
+            .rye
+            .components
+            .walker(&found.component)
+            .map_err(|e| self.fail(ErrorReply::new(e)))?;
+
+        let mut parameters = match &self.request.parameters {
+            Value::Object(map) => map.clone(),
+            _ => Map::new(),
+        };
+        let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
+        let validate = parameters.get("validate").is_some_and(truthy);
+        let resume = parameters.get("resume").is_some_and(truthy);
+        let resumed_id = parameters
+            .get("graph_run_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut grants = self.request.grants.clone();
+        if let Some(asked) = parameters.get("capabilities") {
+            grants.push(strings(asked).into());
+        }
+        for key in HOST_PARAMETERS {
+            parameters.remove(key);
+        }
+        let permissions: Arc<[String]> =
+            strings(tool.metadata.get("permissions").unwrap_or(&Value::Null)).into();
+        grants.push(permissions);
+
+        let mut request = WalkRequest {
+            graph_id: tool.item_id.clone(),
+            graph: Value::Object((*tool.metadata).clone()),
+            defaults: runtime_defaults(chain),
+            parameters: Value::Object(parameters),
+            run_id: run_id(&tool.item_id),
+            env_names: std::env::vars_os()
+                .filter_map(|(k, _)| k.into_string().ok())
+                .collect(),
+        };
+        if validate {
+            let report =
+                blocking(|| walker.analyze(&request)).map_err(|e| self.fail(ErrorReply::new(e)))?;
+            let error = (report["success"] != true).then(|| {
+                format!(
+                    "the graph has errors: {}",
+                    report["errors"]
+                        .as_array()
+                        .map(|e| e
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join("; "))
+                        .unwrap_or_default()
+                )
+            });
+            return Ok(graph_ran(report, error, started));
+        }
+
+        // The run is kept where its thread is: in the project's store.
+        let state_dir = crate::threads::state_dir(&self.request.project_dir());
+        let recorder = if self.rye.threads.enabled() {
+            match self.rye.threads.recorder(&self.request.project_dir()).await {
+                Ok(recorder) => Some(recorder),
+                Err(e) => {
+                    self.warnings
+                        .push(format!("this run is not kept and cannot be resumed: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let graph_hash = hex::encode(tool.content_hash);
+        let stored = match (resume, &recorder) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(self.fail(ErrorReply::new(
+                    "resume needs the run's records, and recording is off (RYE_THREADS=0)",
+                )));
+            }
+            (true, Some(recorder)) => {
+                let Some(run_id) = resumed_id else {
+                    return Err(self.fail(ErrorReply::new(
+                        "resume needs graph_run_id: the run to go on with",
+                    )));
+                };
+                let stored = checkpoint::load(&recorder.cas, &state_dir, &run_id)
+                    .await
+                    .map_err(|e| self.fail(ErrorReply::new(e)))?;
+                self.resumable(recorder, &stored, &tool.item_id, &graph_hash)
+                    .await?;
+                request.run_id = stored.header.run_id.clone();
+                Some(stored)
+            }
+        };
+        let mut checkpoints = recorder.as_ref().map(|recorder| {
+            checkpoint::Checkpoints::new(
+                recorder.cas.clone(),
+                &state_dir,
+                checkpoint::RunHeader {
+                    run_id: request.run_id.clone(),
+                    graph_id: tool.item_id.clone(),
+                    graph_hash: graph_hash.clone(),
+                },
+                self.thread_id.clone(),
+                stored.as_ref(),
+            )
+        });
+        // Results of the dispatch a crash interrupted, which stand in for
+        // running those actions again.
+        let mut known = BTreeMap::new();
+
+        let walked = Instant::now();
+        let mut outcome = match &stored {
+            None => self.decided(blocking(|| walker.start(&request, &clock())))?,
+            Some(stored) => {
+                known = stored.results.clone();
+                self.decided(blocking(|| {
+                    walker.resume(
+                        &request,
+                        &stored.state,
+                        &stored.cursor,
+                        &Value::Null,
+                        &clock(),
+                    )
+                }))?
+            }
+        };
+        let mut walker_us = walked.elapsed().as_micros() as u64;
+        let door = Arc::new(Door {
+            rye: self.rye.clone(),
+            grants,
+            project: self.request.project.clone(),
+            parent: self.thread_id.clone(),
+        });
+        loop {
+            if let Some(checkpoints) = &mut checkpoints
+                && let Err(e) = checkpoints.outcome(&outcome).await
+            {
+                return Err(self.fail(ErrorReply::new(format!(
+                    "graph run {}: the checkpoint could not be stored, so the run stopped: {e}",
+                    request.run_id
+                ))));
+            }
+            let acting = Instant::now();
+            let (results, next, actions) = match &outcome.next {
+                WalkNext::Finished(result) => {
+                    let result = result.clone();
+                    self.graph_step(&outcome, "finished", Vec::new(), walker_us, 0);
+                    let error = (result.get("success") != Some(&Value::Bool(true))).then(|| {
+                        result
+                            .get("error")
+                            .and_then(Value::as_str)
+                            .unwrap_or("the graph failed")
+                            .to_owned()
+                    });
+                    return Ok(graph_ran(result, error, started));
+                }
+                WalkNext::Proceed => (Vec::new(), "proceed", Vec::new()),
+                WalkNext::Dispatch {
+                    actions,
+                    concurrency,
+                } => {
+                    let names = actions.iter().map(|a| a.item_id.clone()).collect();
+                    let dispatched = dispatch(
+                        &door,
+                        actions.clone(),
+                        *concurrency,
+                        std::mem::take(&mut known),
+                        checkpoints.as_mut(),
+                    )
+                    .await;
+                    let results = dispatched.map_err(|e| {
+                        self.fail(ErrorReply::new(format!(
+                            "graph run {}: a result could not be stored, so the run stopped: {e}",
+                            request.run_id
+                        )))
+                    })?;
+                    (results, "dispatch", names)
+                }
+            };
+            let actions_us = acting.elapsed().as_micros() as u64;
+            self.graph_step(&outcome, next, actions, walker_us, actions_us);
+            let walked = Instant::now();
+            outcome = self.decided(blocking(|| walker.advance(&results, &clock())))?;
+            walker_us = walked.elapsed().as_micros() as u64;
+        }
+    }
+
+    /// Whether the stored run may go on here: of this graph, unchanged
+    /// since it started, not ended, and not running somewhere else.
+    async fn resumable(
+        &mut self,
+        recorder: &crate::threads::Recorder,
+        stored: &checkpoint::Stored,
+        graph_id: &str,
+        graph_hash: &str,
+    ) -> Stage<()> {
+        let run = &stored.header.run_id;
+        if stored.header.graph_id != graph_id {
+            return Err(self.fail(ErrorReply::new(format!(
+                "graph run {run} is a run of {}, not of {graph_id}",
+                stored.header.graph_id
+            ))));
+        }
+        if stored.header.graph_hash != graph_hash {
+            return Err(self.fail(ErrorReply::new(format!(
+                "graph {graph_id} has changed since run {run} started (it started from {}, the file is now {graph_hash}); a run goes on only with the graph it started with",
+                stored.header.graph_hash
+            ))));
+        }
+        if stored.status != "running" {
+            return Err(self.fail(ErrorReply::new(format!(
+                "graph run {run} has already ended ({}{})",
+                stored.status,
+                stored
+                    .error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(": {e}"))
+            ))));
+        }
+        if let Some(thread) = &stored.thread_id {
+            // A runner that died is marked so first.
+            let _ = recorder.registry.recover().await;
+            if let Ok(Some(previous)) = recorder.registry.get(thread).await
+                && previous.status == rye_threads::Status::Running
+            {
+                return Err(self.fail(ErrorReply::new(format!(
+                    "graph run {run} is still running (thread {thread}); cancel it or wait for it to end before resuming"
+                ))));
+            }
+        }
+        Ok(())
+    }
+
+    /// The outcome of a walker call, or the error result of a walker that
+    /// failed or refused the run.
+    fn decided(
+        &mut self,
+        answer: Result<Result<WalkOutcome, String>, rye_components::ComponentError>,
+    ) -> Stage<WalkOutcome> {
+        match answer {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(refused)) => {
+                Err(self.fail(ErrorReply::new(format!("the graph cannot run: {refused}"))))
+            }
+            Err(e) => Err(self.fail(ErrorReply::new(e))),
+        }
+    }
+
+    fn graph_step(
+        &mut self,
+        outcome: &WalkOutcome,
+        next: &'static str,
+        actions: Vec<String>,
+        walker_us: u64,
+        actions_us: u64,
+    ) {
+        if self.request.trace {
+            self.step(Step::GraphStep {
+                node: outcome.node.clone(),
+                steps: outcome.steps,
+                next,
+                actions,
+                walker_us,
+                actions_us,
+            });
+        }
+    }
+}
+
+/// The run's result as the execution's: the walker's result is the data.
+fn graph_ran(result: Value, error: Option<String>, started: Instant) -> Ran {
+    Ran {
+        data: result,
+        error,
+        duration: started.elapsed(),
+        return_code: None,
+        status_code: None,
+        truncated: None,
+    }
+}
+
+/// The `config` maps of the chain's runtimes merged, the one nearest the
+/// tool winning each key.
+fn runtime_defaults(chain: &Chain) -> Value {
+    let mut merged = Map::new();
+    for element in chain.elements.iter().skip(1).rev() {
+        if let Some(Value::Object(config)) = element.metadata.get("config") {
+            for (key, value) in config {
+                merged.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Value::Object(merged)
+}
+
+/// The strings of a JSON list (anything else: none).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A run's id: the graph's id with `/` as `-`, the second it started, and
+/// a random part so two runs in one second differ.
+fn run_id(graph_id: &str) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let random = rye_threads::new_thread_id();
+    format!("{}-{secs}-{}", graph_id.replace('/', "-"), &random[..8])
+}
+
+/// Now, as walkers are told it.
+fn clock() -> WalkClock {
+    let now = SystemTime::now();
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = rye_integrity::utc_timestamp(now);
+    WalkClock {
+        epoch_ms: since.as_millis() as u64,
+        iso: format!(
+            "{}.{:06}+00:00",
+            seconds.trim_end_matches('Z'),
+            since.subsec_micros()
+        ),
+    }
+}
+
+/// The capability an action needs.
+pub(crate) fn capability(action: &WalkAction) -> String {
+    format!(
+        "rye.{}.{}.{}",
+        action.primary,
+        action.kind,
+        action.item_id.replace('/', ".")
+    )
+}
+
+/// Whether every grant has a pattern matching `capability`.
+pub(crate) fn allowed(grants: &[Arc<[String]>], capability: &str) -> bool {
+    grants
+        .iter()
+        .all(|grant| grant.iter().any(|pattern| shell_match(pattern, capability)))
+}
+
+/// `text` matched whole against a shell pattern: `*` any run of
+/// characters, `?` one, `[abc]`, `[a-z]` and `[!abc]` one of (or none of)
+/// a set; anything else itself.
+pub(crate) fn shell_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // The last `*` seen and where in the text it was tried from.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        let step = match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+                continue;
+            }
+            Some('?') => Some(pi + 1),
+            Some('[') => class(&p, pi, t[ti]),
+            Some(c) if *c == t[ti] => Some(pi + 1),
+            _ => None,
+        };
+        match step {
+            Some(next) => {
+                pi = next;
+                ti += 1;
+            }
+            None => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Where the set at `p[start]` (`[`) ends if `c` is in it, else `None`.
+/// A `[` with no `]` is itself.
+fn class(p: &[char], start: usize, c: char) -> Option<usize> {
+    let mut i = start + 1;
+    let negated = matches!(p.get(i), Some('!' | '^'));
+    if negated {
+        i += 1;
+    }
+    let first = i;
+    let mut found = false;
+    while i < p.len() && (p[i] != ']' || i == first) {
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            found |= p[i] <= c && c <= p[i + 2];
+            i += 3;
+        } else {
+            found |= p[i] == c;
+            i += 1;
+        }
+    }
+    if i >= p.len() {
+        // No closing bracket: a literal `[`.
+        return (c == '[').then_some(start + 1);
+    }
+    (found != negated).then_some(i + 1)
+}
+
+/// Takes `actions`, at most `concurrency` at a time, and gives their
+/// results in their order; each is stored in `checkpoints` as it comes
+/// in. An action with a `known` result (from before a crash) is not taken
+/// again. Dropping the future stops every action still running (a tool's
+/// processes with it).
+async fn dispatch(
+    door: &Arc<Door>,
+    actions: Vec<WalkAction>,
+    concurrency: usize,
+    mut known: BTreeMap<usize, Value>,
+    mut checkpoints: Option<&mut checkpoint::Checkpoints>,
+) -> Result<Vec<Value>, String> {
+    let count = actions.len();
+    let mut results = vec![Value::Null; count];
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut running = tokio::task::JoinSet::new();
+    for (index, action) in actions.into_iter().enumerate() {
+        if let Some(result) = known.remove(&index) {
+            if let Some(checkpoints) = checkpoints.as_deref_mut() {
+                checkpoints.result(index, &result).await?;
+            }
+            results[index] = result;
+            continue;
+        }
+        let acting = act(door.clone(), action);
+        let permits = permits.clone();
+        running.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            (index, acting.await)
+        });
+    }
+    while let Some(done) = running.join_next().await {
+        match done {
+            Ok((index, result)) => {
+                if let Some(checkpoints) = checkpoints.as_deref_mut() {
+                    checkpoints.result(index, &result).await?;
+                }
+                results[index] = result;
+            }
+            Err(e) => {
+                tracing::warn!("a graph action's task failed: {e}");
+            }
+        }
+    }
+    for result in &mut results {
+        if result.is_null() {
+            *result = ErrorReply::new("the action did not finish").to_value();
+        }
+    }
+    Ok(results)
+}
+
+/// What every action of one run goes through.
+struct Door {
+    rye: Arc<Rye>,
+    /// The graph's permissions, and those of every graph it runs under.
+    grants: Vec<Arc<[String]>>,
+    project: Option<PathBuf>,
+    /// The run's thread, each action's parent.
+    parent: Option<String>,
+}
+
+/// One action, after its permission check: its result document.
+fn act(door: Arc<Door>, action: WalkAction) -> Acting {
+    Box::pin(async move {
+        let (rye, project) = (door.rye.clone(), door.project.clone());
+        let needed = capability(&action);
+        if !allowed(&door.grants, &needed) {
+            return ErrorReply::new(format!(
+                "permission denied: node {:?} needs {needed}, which the graph's permissions do not grant",
+                action.node
+            ))
+            .to_value();
+        }
+        let kind: ItemKind = match action.kind.parse() {
+            Ok(kind) => kind,
+            Err(_) => {
+                return ErrorReply::new(format!(
+                    "node {:?} asks for kind {:?}: directive, tool or knowledge",
+                    action.node, action.kind
+                ))
+                .to_value();
+            }
+        };
+        match action.primary.as_str() {
+            "execute" => {
+                let request = ExecuteRequest {
+                    parameters: action.params,
+                    project,
+                    parent_thread: door.parent.clone(),
+                    grants: door.grants.clone(),
+                    ..ExecuteRequest::new(kind, action.item_id)
+                };
+                rye.execute(&request).await
+            }
+            "load" | "fetch" => {
+                let request = LoadRequest {
+                    project,
+                    ..LoadRequest::new(kind, action.item_id.clone())
+                };
+                on_blocking(rye, move |rye| match rye.load(&request) {
+                    Ok(loaded) => loaded.reply(crate::LOAD_REPLY_TEXT),
+                    Err(e) => ErrorReply::host(&e)
+                        .of_item(kind, &action.item_id)
+                        .to_value(),
+                })
+                .await
+            }
+            "search" => {
+                let query = action.params.get("query").and_then(Value::as_str);
+                let mut request = SearchRequest::new(kind.to_string(), query.unwrap_or_default());
+                request.project = project;
+                if let Some(limit) = action.params.get("limit").and_then(Value::as_u64) {
+                    request.limit = limit as usize;
+                }
+                on_blocking(rye, move |rye| match rye.search(&request) {
+                    Ok(response) => serde_json::to_value(response).unwrap_or_default(),
+                    Err(e) => ErrorReply::host(&e).of_query(&request.query).to_value(),
+                })
+                .await
+            }
+            "sign" => {
+                let id = action.item_id.clone();
+                on_blocking(rye, move |rye| {
+                    match rye.sign(
+                        project.as_deref(),
+                        Signable::Item(kind),
+                        &id,
+                        Space::Project,
+                    ) {
+                        Ok(signed) => json!(SignReply::new(&id, Space::Project, signed)),
+                        Err(e) => ErrorReply::host(&e).of_id(&id).to_value(),
+                    }
+                })
+                .await
+            }
+            other => ErrorReply::new(format!(
+                "node {:?} asks for {other:?}: execute, load, search or sign",
+                action.node
+            ))
+            .to_value(),
+        }
+    })
+}
+
+/// Host work that blocks (parsing, signing), off the reactor.
+async fn on_blocking(rye: Arc<Rye>, work: impl FnOnce(&Rye) -> Value + Send + 'static) -> Value {
+    match tokio::task::spawn_blocking(move || work(&rye)).await {
+        Ok(value) => value,
+        Err(e) => ErrorReply::new(format!("the action failed: {e}")).to_value(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_patterns() {
+        assert!(shell_match(
+            "rye.execute.tool.*",
+            "rye.execute.tool.rye.bash.bash"
+        ));
+        assert!(shell_match("*", "anything"));
+        assert!(shell_match("rye.*.tool.demo.?", "rye.load.tool.demo.x"));
+        assert!(!shell_match("rye.*.tool.demo.?", "rye.load.tool.demo.xy"));
+        assert!(shell_match(
+            "rye.execute.tool.demo.[ab]*",
+            "rye.execute.tool.demo.beta"
+        ));
+        assert!(!shell_match(
+            "rye.execute.tool.demo.[!ab]*",
+            "rye.execute.tool.demo.beta"
+        ));
+        assert!(shell_match(
+            "rye.execute.tool.v[0-9]",
+            "rye.execute.tool.v7"
+        ));
+        assert!(shell_match("a[b", "a[b"));
+        assert!(!shell_match("rye.execute.tool.*", "rye.sign.tool.x"));
+        assert!(!shell_match("", "x"));
+        assert!(shell_match("", ""));
+        assert!(shell_match("*a*b*", "xxaxxbxx"));
+        assert!(!shell_match("*a*b", "xxaxxbxx"));
+    }
+
+    #[test]
+    fn every_grant_must_allow() {
+        let wide: Arc<[String]> = vec!["rye.execute.*".to_owned()].into();
+        let narrow: Arc<[String]> = vec!["rye.execute.tool.demo.*".to_owned()].into();
+        let none: Arc<[String]> = Vec::new().into();
+        assert!(allowed(std::slice::from_ref(&wide), "rye.execute.tool.x"));
+        assert!(!allowed(
+            &[narrow.clone(), wide.clone()],
+            "rye.execute.tool.x"
+        ));
+        assert!(allowed(&[narrow, wide], "rye.execute.tool.demo.x"));
+        assert!(!allowed(&[none], "rye.execute.tool.demo.x"));
+    }
+}
