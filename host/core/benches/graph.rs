@@ -6,7 +6,8 @@
 //!    checkpoints) and durable (every step checkpointed in the project's
 //!    store), interleaved; the time per step less a one-step graph's.
 //! 2. Stored bytes of 100 gate steps with a 100 KB input that never
-//!    changes: the checkpoints' objects, counted after the run.
+//!    changes: the objects the run added to the store and its checkpoint
+//!    log, counted after the run.
 //! 3. One action step: a graph whose nodes each run `rye/bash/bash`, per
 //!    step, against the same tool executed directly.
 
@@ -147,6 +148,14 @@ fn main() {
         let (_, warm) = run(rye, "bench/gates", json!({}));
         assert_eq!(warm["data"]["steps"], 1001, "{warm:#}");
     }
+    // `profile-durable`: only the durable gates, for a profiler.
+    if std::env::args().any(|a| a == "profile-durable") {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            run(&durable, "bench/gates", json!({}));
+        }
+        return;
+    }
 
     // 1. Gates, interleaved.
     let (mut one_memory, mut one_durable, mut many_memory, mut many_durable) =
@@ -195,7 +204,9 @@ fn main() {
     let big = "z".repeat(100 * 1024);
     let (_, result) = run(&durable, "bench/steady", json!({"big": big}));
     assert_eq!(result["data"]["steps"], 101, "{result:#}");
-    let stored = size(&objects) - before;
+    let run_id = result["data"]["graph_run_id"].as_str().unwrap();
+    let log = p.join(format!(".ai/state/graphs/{run_id}/checkpoints.jsonl"));
+    let stored = size(&objects) - before + log.metadata().unwrap().len();
     println!(
         "{:<62} {:>9} bytes ({:.1} KB a step past the value)",
         "stored by 100 gate steps with a 100 KB input (target 307,200)",

@@ -1,29 +1,41 @@
-//! A graph run kept in the project's content-addressed store, so it goes
-//! on after a crash from its last step.
+//! A graph run kept in the project's state folder, so it goes on after a
+//! crash from its last step.
 //!
-//! Each walker outcome is stored before the host acts on it: the values
-//! of the state keys the step changed (each a `graph_value` object, so a
-//! value that does not change is stored once however many steps follow),
-//! then an `execution_snapshot` naming every key's value by hash, the
-//! walker's cursor and the run's place, then the ref
-//! `refs/graphs/<run>.json` moved to it. Each action's result is stored
-//! (a `node_result`) and named in the snapshot as soon as the action
+//! Each walker outcome is stored before the host acts on it, as an
+//! `execution_snapshot`: the run's place, the walker's cursor, and every
+//! state key's value, a value of up to 256 bytes in the snapshot itself
+//! and a larger one as a `graph_value` object in the content-addressed
+//! store (`.ai/state/objects/`), written only when a step changes it: a
+//! value that does not change is stored once however many steps follow.
+//! Each action's result is added to the snapshot as soon as the action
 //! ends, so an action that finished before a crash is not run again on
-//! resume. Events go to `graphs/<run>/transcript.jsonl` beside it.
+//! resume.
 //!
-//! Files are written whole and renamed into place: a run killed at any
-//! moment leaves the last snapshot or the next one. They are not synced
-//! to disk at every step (that would cost milliseconds a step), so a
-//! power cut may lose the steps the system had not yet written out.
+//! Snapshots are appended, each with its own hash, to the run's log
+//! `.ai/state/graphs/<run>/checkpoints.jsonl`: one write per step, no file
+//! made (making a file a step cost more than the rest of the step). The
+//! last line whose hash holds is the run's checkpoint; a line torn by a
+//! crash does not hold and is passed over. When the run ends, its last
+//! snapshot is stored as an object too and the ref
+//! `.ai/state/objects/refs/graphs/<run>.json` names it. Events go to
+//! `transcript.jsonl` beside the log.
+//!
+//! Writes are not synced to disk at every step (that costs milliseconds):
+//! a killed process loses nothing it wrote, while a power cut may lose
+//! the steps the system had not yet written out.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rye_cas::{Cas, ContentHash, LocalRefs, LocalStorage, object};
+use rye_cas::{Cas, ContentHash, LocalStorage, object};
 use serde_json::{Map, Value, json};
 
-use rye_components::WalkOutcome;
+use rye_components::{WalkNext, WalkOutcome};
+
+/// State values up to this size (as canonical JSON) are kept in the
+/// snapshot itself rather than as objects of their own.
+const INLINE_BYTES: usize = 256;
 
 /// The run a snapshot describes.
 #[derive(Debug, Clone)]
@@ -36,18 +48,21 @@ pub(crate) struct RunHeader {
 
 pub(crate) struct Checkpoints {
     cas: Cas<LocalStorage>,
-    /// Where the refs of graph runs live.
+    /// The run's folder under `.ai/state/graphs/`.
+    dir: PathBuf,
+    /// Where the ref of an ended run goes.
     refs: PathBuf,
-    transcript: PathBuf,
+    log: Option<std::fs::File>,
+    transcript: Option<std::fs::File>,
     header: RunHeader,
     thread_id: Option<String>,
-    /// Each state key's value, by hash.
-    state: BTreeMap<String, String>,
+    /// Each state key's value: `{"value": v}`, or the hash of its object.
+    state: BTreeMap<String, Value>,
     cursor: Value,
     node: Option<String>,
     steps: u32,
     /// Results of the dispatch under way that have come in.
-    results: Vec<(usize, String)>,
+    results: Vec<(usize, Value)>,
 }
 
 /// What a stored run gives back to go on with.
@@ -63,13 +78,23 @@ pub(crate) struct Stored {
     pub error: Option<String>,
 }
 
-fn ref_name(run_id: &str) -> String {
-    format!("graphs/{run_id}")
+/// Whether `run_id` may name a run's folder: one plain path segment.
+pub(crate) fn valid_run_id(run_id: &str) -> bool {
+    !run_id.is_empty()
+        && run_id.len() <= 200
+        && !run_id.starts_with('.')
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn run_dir(state_dir: &Path, run_id: &str) -> PathBuf {
+    state_dir.join("graphs").join(run_id)
 }
 
 impl Checkpoints {
-    /// Checkpoints of a new run (or one going on, from `stored`) in the
-    /// store under `state_dir`.
+    /// Checkpoints of a new run (or one going on, from `stored`) under
+    /// the project's `state_dir`.
     pub(crate) fn new(
         cas: Cas<LocalStorage>,
         state_dir: &Path,
@@ -81,17 +106,16 @@ impl Checkpoints {
             .map(|s| {
                 s.state
                     .iter()
-                    .map(|(k, v)| (k.clone(), value_hash(v).hex()))
+                    .map(|(k, v)| (k.clone(), kept(v).0))
                     .collect()
             })
             .unwrap_or_default();
         Self {
             cas,
+            dir: run_dir(state_dir, &header.run_id),
             refs: state_dir.join("objects/refs/graphs"),
-            transcript: state_dir
-                .join("graphs")
-                .join(&header.run_id)
-                .join("transcript.jsonl"),
+            log: None,
+            transcript: None,
             header,
             thread_id,
             state,
@@ -108,12 +132,14 @@ impl Checkpoints {
         for (key, value) in &outcome.changes {
             match value {
                 Some(value) => {
-                    let hash = self
-                        .cas
-                        .put_object(&graph_value(value))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    self.state.insert(key.clone(), hash.hex());
+                    let (entry, object) = kept(value);
+                    if let Some(object) = object {
+                        self.cas
+                            .put_object(&object)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    self.state.insert(key.clone(), entry);
                 }
                 None => {
                     self.state.remove(key);
@@ -124,48 +150,42 @@ impl Checkpoints {
         self.node = outcome.node.clone();
         self.steps = outcome.steps;
         self.results.clear();
-        let status = match &outcome.next {
-            rye_components::WalkNext::Finished(result) => {
+        let (status, error) = match &outcome.next {
+            WalkNext::Finished(result) => (
                 if result.get("success") == Some(&Value::Bool(true)) {
                     "completed"
                 } else {
                     "error"
-                }
-            }
-            _ => "running",
+                },
+                result
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            ),
+            _ => ("running", None),
         };
-        let error = match &outcome.next {
-            rye_components::WalkNext::Finished(result) => result
-                .get("error")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            _ => None,
-        };
-        self.write(status, error).await?;
-        self.events(&outcome.events)
+        self.append_events(&outcome.events)?;
+        let snapshot = self.snapshot(status, error);
+        self.append(&snapshot)?;
+        if status != "running" {
+            self.ended(snapshot).await?;
+        }
+        Ok(())
     }
 
-    /// Stores the result of action `index` of the dispatch under way.
+    /// Adds the result of action `index` of the dispatch under way.
     pub(crate) async fn result(&mut self, index: usize, result: &Value) -> Result<(), String> {
-        let hash = self
-            .cas
-            .put_object(&object(
-                "node_result",
-                Map::from_iter([("result".to_owned(), result.clone())]),
-            ))
-            .await
-            .map_err(|e| e.to_string())?;
-        self.results.push((index, hash.hex()));
-        self.write("running", None).await
+        self.results.push((index, result.clone()));
+        let snapshot = self.snapshot("running", None);
+        self.append(&snapshot)
     }
 
-    async fn write(&mut self, status: &str, error: Option<String>) -> Result<(), String> {
+    fn snapshot(&self, status: &str, error: Option<String>) -> Value {
         let mut fields = Map::new();
         fields.insert("graph_run_id".into(), json!(self.header.run_id));
         fields.insert("graph_id".into(), json!(self.header.graph_id));
         fields.insert("graph_hash".into(), json!(self.header.graph_hash));
         fields.insert("thread_id".into(), json!(self.thread_id));
-
         fields.insert("status".into(), json!(status));
         fields.insert("step".into(), json!(self.steps));
         fields.insert("current_node".into(), json!(self.node));
@@ -176,21 +196,34 @@ impl Checkpoints {
             Value::Array(
                 self.results
                     .iter()
-                    .map(|(i, h)| json!({"index": i, "hash": h}))
+                    .map(|(i, r)| json!({"index": i, "result": r}))
                     .collect(),
             ),
         );
         if let Some(error) = error {
             fields.insert("error".into(), json!(error));
         }
+        object("execution_snapshot", fields)
+    }
+
+    /// Appends `snapshot` with its hash to the run's log.
+    fn append(&mut self, snapshot: &Value) -> Result<(), String> {
+        let text = rye_cas::canonical::to_string(snapshot);
+        let hash = ContentHash::of(text.as_bytes());
+        let line = format!("{{\"hash\":\"{}\",\"snapshot\":{text}}}\n", hash.hex());
+        let path = self.dir.join("checkpoints.jsonl");
+        let log = open_append(&mut self.log, &path)?;
+        log.write_all(line.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The ended run's last snapshot as an object, and its ref.
+    async fn ended(&mut self, snapshot: Value) -> Result<(), String> {
         let hash = self
             .cas
-            .put_object(&object("execution_snapshot", fields))
+            .put_object(&snapshot)
             .await
             .map_err(|e| e.to_string())?;
-        // Written whole and renamed into place (the store's own writes
-        // keep a file that is already there, as content-addressed files
-        // may; a ref changes).
         let target = self.refs.join(format!("{}.json", self.header.run_id));
         let temp = self.refs.join(format!(
             ".{}.json.tmp.{}",
@@ -205,7 +238,7 @@ impl Checkpoints {
         written.map_err(|e| format!("{}: {e}", target.display()))
     }
 
-    fn events(&self, events: &[(String, Value)]) -> Result<(), String> {
+    fn append_events(&mut self, events: &[(String, Value)]) -> Result<(), String> {
         if events.is_empty() {
             return Ok(());
         }
@@ -220,18 +253,33 @@ impl Checkpoints {
             );
             lines.push('\n');
         }
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = self.transcript.parent() {
+        let path = self.dir.join("transcript.jsonl");
+        let file = open_append(&mut self.transcript, &path)?;
+        file.write_all(lines.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The file in `slot`, opened for appending (its folder made) the first
+/// time.
+fn open_append<'a>(
+    slot: &'a mut Option<std::fs::File>,
+    path: &Path,
+) -> Result<&'a mut std::fs::File, String> {
+    if slot.is_none() {
+        let opened = (|| {
+            if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&self.transcript)?
-                .write_all(lines.as_bytes())
-        };
-        write().map_err(|e| format!("{}: {e}", self.transcript.display()))
+                .open(path)
+        })()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        *slot = Some(opened);
     }
+    Ok(slot.as_mut().expect("opened above"))
 }
 
 fn graph_value(value: &Value) -> Value {
@@ -241,65 +289,90 @@ fn graph_value(value: &Value) -> Value {
     )
 }
 
-/// The hash `value` is stored under as a state value.
-fn value_hash(value: &Value) -> ContentHash {
-    ContentHash::of(&rye_cas::canonical::to_vec(&graph_value(value)))
+/// How the snapshot names `value`: `{"value": v}` when it is small, else
+/// the hash of its `graph_value` object (returned, to be stored).
+fn kept(value: &Value) -> (Value, Option<Value>) {
+    if rye_cas::canonical::to_vec(value).len() <= INLINE_BYTES {
+        return (json!({"value": value}), None);
+    }
+    let object = graph_value(value);
+    let hash = ContentHash::of(&rye_cas::canonical::to_vec(&object));
+    (json!(hash.hex()), Some(object))
 }
 
-/// The stored run `run_id`, read back and checked. Every object is
-/// verified against its hash as it is read.
+/// The last snapshot of the log whose hash holds.
+fn last_snapshot(log: &str) -> Option<Value> {
+    log.lines().rev().find_map(|line| {
+        let entry: Value = serde_json::from_str(line).ok()?;
+        let snapshot = entry.get("snapshot")?;
+        let hash = entry.get("hash")?.as_str()?;
+        let text = rye_cas::canonical::to_string(snapshot);
+        (ContentHash::of(text.as_bytes()).hex() == hash).then(|| snapshot.clone())
+    })
+}
+
+/// The stored run `run_id`, read back and checked: the log's last whole
+/// snapshot, each object it names verified against its hash as it is
+/// read.
 pub(crate) async fn load(
     cas: &Cas<LocalStorage>,
     state_dir: &Path,
     run_id: &str,
 ) -> Result<Stored, String> {
-    let refs = LocalRefs::new(state_dir.join("objects"));
-    let hash = refs
-        .get(&ref_name(run_id))
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no graph run {run_id:?} in this project"))?;
-    let object = |hash: ContentHash, what: String| async move {
-        cas.get_object(&hash)
-            .await
-            .map_err(|e| format!("{what}: {e}"))?
-            .ok_or_else(|| format!("{what} ({}) is missing from the store", hash.hex()))
-    };
-    let snapshot = object(hash, format!("run {run_id}'s snapshot")).await?;
-    let text = |key: &str| snapshot.get(key).and_then(Value::as_str).map(str::to_owned);
-    let parse_hash = |text: &str, what: &str| {
-        text.parse::<ContentHash>()
-            .map_err(|e| format!("run {run_id}: {what}: {e}"))
-    };
-    if snapshot.get("kind").and_then(Value::as_str) != Some("execution_snapshot") {
-        return Err(format!("run {run_id}'s ref names no execution snapshot"));
+    if !valid_run_id(run_id) {
+        return Err(format!(
+            "{:?} is not a graph run id (letters, digits, '.', '_' and '-')",
+            run_id.chars().take(120).collect::<String>()
+        ));
     }
+    let path = run_dir(state_dir, run_id).join("checkpoints.jsonl");
+    let log = match std::fs::read_to_string(&path) {
+        Ok(log) => log,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("no graph run {run_id:?} in this project"));
+        }
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let snapshot = last_snapshot(&log)
+        .ok_or_else(|| format!("{}: no whole checkpoint in it", path.display()))?;
+    let text = |key: &str| snapshot.get(key).and_then(Value::as_str).map(str::to_owned);
     let mut state = Vec::new();
     if let Some(Value::Object(keys)) = snapshot.get("state") {
-        for (key, hash) in keys {
-            let hash = parse_hash(hash.as_str().unwrap_or_default(), key)?;
-            let stored = object(hash, format!("run {run_id}'s state key {key:?}")).await?;
-            state.push((
-                key.clone(),
-                stored.get("value").cloned().unwrap_or(Value::Null),
-            ));
+        for (key, entry) in keys {
+            let value = match entry {
+                Value::Object(inline) => inline.get("value").cloned().unwrap_or(Value::Null),
+                other => {
+                    let hash: ContentHash = other
+                        .as_str()
+                        .unwrap_or_default()
+                        .parse()
+                        .map_err(|e| format!("run {run_id}: state key {key:?}: {e}"))?;
+                    let what = format!("run {run_id}'s state key {key:?}");
+                    let stored = cas
+                        .get_object(&hash)
+                        .await
+                        .map_err(|e| format!("{what}: {e}"))?
+                        .ok_or_else(|| {
+                            format!("{what} ({}) is missing from the store", hash.hex())
+                        })?;
+                    stored.get("value").cloned().unwrap_or(Value::Null)
+                }
+            };
+            state.push((key.clone(), value));
         }
     }
-    let mut results = BTreeMap::new();
-    if let Some(Value::Array(done)) = snapshot.get("results") {
-        for entry in done {
-            let index = entry.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let hash = parse_hash(
-                entry
-                    .get("hash")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                "a result",
-            )?;
-            let stored = object(hash, format!("run {run_id}'s result {index}")).await?;
-            results.insert(index, stored.get("result").cloned().unwrap_or(Value::Null));
-        }
-    }
-
+    let results = snapshot
+        .get("results")
+        .and_then(Value::as_array)
+        .map(|done| {
+            done.iter()
+                .filter_map(|entry| {
+                    let index = entry.get("index")?.as_u64()? as usize;
+                    Some((index, entry.get("result")?.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Stored {
         header: RunHeader {
             run_id: run_id.to_owned(),
@@ -313,4 +386,43 @@ pub(crate) async fn load(
         results,
         error: text("error"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_or_altered_last_line_is_passed_over() {
+        let line = |n: u64| {
+            let snapshot = object(
+                "execution_snapshot",
+                Map::from_iter([("step".into(), json!(n))]),
+            );
+            let text = rye_cas::canonical::to_string(&snapshot);
+            format!(
+                "{{\"hash\":\"{}\",\"snapshot\":{text}}}",
+                ContentHash::of(text.as_bytes()).hex()
+            )
+        };
+        let whole = format!("{}\n{}\n", line(1), line(2));
+        assert_eq!(last_snapshot(&whole).unwrap()["step"], 2);
+        let torn = format!("{}\n{}", line(1), &line(2)[..40]);
+        assert_eq!(last_snapshot(&torn).unwrap()["step"], 1);
+        let altered = format!(
+            "{}\n{}\n",
+            line(1),
+            line(2).replace("\"step\":2", "\"step\":9")
+        );
+        assert_eq!(last_snapshot(&altered).unwrap()["step"], 1);
+        assert!(last_snapshot("").is_none());
+    }
+
+    #[test]
+    fn run_ids_are_one_plain_segment() {
+        assert!(valid_run_id("demo-count-1795548481-552cf9ea"));
+        for bad in ["", "..", ".hidden", "a/b", "../x", "a b", &"x".repeat(201)] {
+            assert!(!valid_run_id(bad), "{bad:?}");
+        }
+    }
 }
