@@ -718,3 +718,178 @@ fn a_walker_cannot_take_what_the_graph_is_not_granted() {
     assert_eq!(refused["status"], "error", "{refused:#}");
     assert!(!marker.exists());
 }
+
+/// A node's timeout stops its action (and its processes) and is the
+/// node's error; retry takes a failed action again with backoff; the
+/// run's deadline ends the run and stops what is under way.
+#[test]
+fn timeouts_retries_and_the_run_deadline() {
+    let env = Env::new();
+    let pid_file = env.project.path().join("sleeper.pid");
+    env.graph(
+        "demo/slow",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo $$ > {pid}; exec sleep 30"}}}}
+      timeout: 1
+      on_error: b
+    b: {{type: return, output: "${{state._last_error.error}}"}}
+"#,
+            pid = pid_file.display()
+        ),
+    );
+    let began = std::time::Instant::now();
+    let ran = env.execute("demo/slow", json!({}));
+    let took = began.elapsed();
+    let said = ran["data"]["output"].as_str().unwrap_or_default();
+    assert!(said.contains("timed out after 1 s"), "{ran:#}");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        rye_test_artifacts::process_dies_soon(pid),
+        "the timed-out action's process {pid} is still running"
+    );
+
+    // Fails twice, then succeeds: three attempts, with backoff between.
+    let count = env.project.path().join("attempts");
+    env.graph(
+        "demo/flaky",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo x >> {count}; test $(wc -l < {count}) -ge 3 && echo ok"}}}}
+      retry: {{max_attempts: 4, backoff: 0.2}}
+      assign: {{said: "${{result.stdout}}"}}
+      next: b
+    b: {{type: return, output: "${{state.said}}"}}
+"#,
+            count = count.display()
+        ),
+    );
+    let began = std::time::Instant::now();
+    let ran = env.execute("demo/flaky", json!({}));
+    assert_eq!(ran["data"]["output"], "ok\n", "{ran:#}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3);
+    // 0.2 s, then 0.4 s.
+    assert!(began.elapsed() >= std::time::Duration::from_millis(600));
+
+    // Retried only for the failures it names: an error is not a timeout.
+    std::fs::remove_file(&count).unwrap();
+    env.graph(
+        "demo/flaky_timeouts",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo x >> {count}; exit 1"}}}}
+      retry: {{max_attempts: 4, backoff: 0, on: [timeout]}}
+"#,
+            count = count.display()
+        ),
+    );
+    let ran = env.execute("demo/flaky_timeouts", json!({}));
+    assert_eq!(ran["status"], "error", "{ran:#}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+
+    // The run's deadline: a loop of half-second actions ends at 1.5 s.
+    env.graph(
+        "demo/late",
+        r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  deadline: 1.5
+  max_steps: 1000
+  nodes:
+    a: {action: {kind: tool, item_id: rye/bash/bash, params: {command: "sleep 0.5"}}, next: a}
+"#,
+    );
+    let began = std::time::Instant::now();
+    let ran = env.execute("demo/late", json!({}));
+    let took = began.elapsed();
+    assert_eq!(
+        ran["error"], "the run's deadline of 1.5 s passed",
+        "{ran:#}"
+    );
+    assert!(took < std::time::Duration::from_secs(8), "took {took:?}");
+
+    // A policy that cannot be read stops the graph before it starts.
+    env.graph(
+        "demo/bad_policy",
+        "permissions: []\nconfig:\n  start: a\n  nodes:\n    a: {type: return, retry: {on: [crash]}}\n",
+    );
+    let ran = env.execute("demo/bad_policy", json!({}));
+    assert!(
+        ran["error"].as_str().unwrap().contains("retry.on names"),
+        "{ran:#}"
+    );
+}
+
+/// An async graph runs in a runner of its own; cancelling its thread
+/// stops the node under way (its process with it), and the run can go on
+/// later with resume.
+#[test]
+fn an_async_graph_is_cancelled_with_its_running_node_and_resumes() {
+    let env = Env::new();
+    let marker = env.project.path().join("sleeper.pid");
+    let gate = env.project.path().join("gate");
+    env.graph(
+        "demo/long",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a: {{action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "if [ -e {gate} ]; then echo done; else echo $$ > {marker}; exec sleep 120; fi"}}}}, assign: {{said: "${{result.stdout}}"}}, next: b}}
+    b: {{type: return, output: "${{state.said}}"}}
+"#,
+            gate = gate.display(),
+            marker = marker.display()
+        ),
+    );
+    let started = env.json(&["execute", "tool", "demo/long", "--async"]);
+    assert_eq!(started["status"], "success", "{started:#}");
+    let id = started["thread_id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let sleeper: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&marker)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the node never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let cancelled = env.json(&["threads", "cancel", &id]);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+    assert!(
+        rye_test_artifacts::process_dies_soon(sleeper),
+        "the node's process outlived the cancel"
+    );
+    let threads = env.json(&["--json", "threads", "list"]);
+    let node = threads
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["parent_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no node thread: {threads:#}"));
+    assert_ne!(node["status"], "running", "{node:#}");
+
+    std::fs::write(&gate, "").unwrap();
+    let run = run_ids(&env).pop().unwrap();
+    let done = env.execute("demo/long", json!({"resume": true, "graph_run_id": run}));
+    assert_eq!(done["data"]["output"], "done\n", "{done:#}");
+}

@@ -10,7 +10,7 @@
 //! under and any `capabilities` its caller sent: a graph never has more
 //! than whoever runs it. No permissions, no actions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -31,6 +31,7 @@ use crate::{ErrorReply, LoadRequest, Rye, SearchRequest, Signable};
 pub(crate) const DEFAULT_WALKER: &str = "rye/state-graph";
 
 mod checkpoint;
+mod policy;
 
 /// Parameters the host reads and the walker is not shown.
 const HOST_PARAMETERS: [&str; 4] = ["validate", "capabilities", "resume", "graph_run_id"];
@@ -97,6 +98,14 @@ impl ToolRun<'_> {
         let permissions: Arc<[String]> =
             strings(tool.metadata.get("permissions").unwrap_or(&Value::Null)).into();
         grants.push(permissions);
+        let policies = policy::node_policies(&tool.metadata);
+        let run_deadline = policy::deadline(&tool.metadata);
+        let (policies, run_deadline) = match (policies, run_deadline) {
+            (Ok(policies), Ok(deadline)) => (policies, deadline),
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(self.fail(ErrorReply::new(format!("the graph cannot run: {e}"))));
+            }
+        };
 
         let mut request = WalkRequest {
             graph_id: tool.item_id.clone(),
@@ -127,6 +136,9 @@ impl ToolRun<'_> {
             return Ok(graph_ran(report, error, started));
         }
 
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         // The run is kept where its thread is: in the project's store.
         let state_dir = crate::threads::state_dir(&self.request.project_dir());
         let recorder = if self.rye.threads.enabled() {
@@ -164,6 +176,10 @@ impl ToolRun<'_> {
                 Some(stored)
             }
         };
+        // A resumed run's deadline counts from when it first started.
+        let started_ms = stored
+            .as_ref()
+            .map_or(now_ms, |s| s.header.started_ms.min(now_ms));
         let mut checkpoints = recorder.as_ref().map(|recorder| {
             checkpoint::Checkpoints::new(
                 recorder.cas.clone(),
@@ -172,6 +188,7 @@ impl ToolRun<'_> {
                     run_id: request.run_id.clone(),
                     graph_id: tool.item_id.clone(),
                     graph_hash: graph_hash.clone(),
+                    started_ms,
                 },
                 self.thread_id.clone(),
                 stored.as_ref(),
@@ -201,10 +218,35 @@ impl ToolRun<'_> {
         let door = Arc::new(Door {
             rye: self.rye.clone(),
             grants,
+            policies,
             project: self.request.project.clone(),
             parent: self.thread_id.clone(),
         });
+        let deadline_passed = |outcome: &WalkOutcome, limit: std::time::Duration| {
+            let error = format!("the run's deadline of {} s passed", limit.as_secs_f64());
+            let data = json!({
+                "success": false, "status": "error", "error": error,
+                "node": outcome.node, "steps": outcome.steps, "graph_run_id": request.run_id,
+            });
+            graph_ran(data, Some(error), started)
+        };
         loop {
+            let remaining = run_deadline.map(|limit| {
+                let end = started_ms.saturating_add(limit.as_millis() as u64);
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                (
+                    limit,
+                    std::time::Duration::from_millis(end.saturating_sub(now)),
+                )
+            });
+            if let Some((limit, left)) = remaining
+                && left.is_zero()
+                && !matches!(outcome.next, WalkNext::Finished(_))
+            {
+                return Ok(deadline_passed(&outcome, limit));
+            }
             if let Some(checkpoints) = &mut checkpoints
                 && let Err(e) = checkpoints.outcome(&outcome).await
             {
@@ -233,14 +275,23 @@ impl ToolRun<'_> {
                     concurrency,
                 } => {
                     let names = actions.iter().map(|a| a.item_id.clone()).collect();
-                    let dispatched = dispatch(
+                    let dispatching = dispatch(
                         &door,
                         actions.clone(),
                         *concurrency,
                         std::mem::take(&mut known),
                         checkpoints.as_mut(),
-                    )
-                    .await;
+                    );
+                    let dispatched = match remaining {
+                        // Past the deadline the actions under way stop.
+                        Some((limit, left)) => {
+                            match tokio::time::timeout(left, dispatching).await {
+                                Ok(dispatched) => dispatched,
+                                Err(_) => return Ok(deadline_passed(&outcome, limit)),
+                            }
+                        }
+                        None => dispatching.await,
+                    };
                     let results = dispatched.map_err(|e| {
                         self.fail(ErrorReply::new(format!(
                             "graph run {}: a result could not be stored, so the run stopped: {e}",
@@ -547,12 +598,14 @@ struct Door {
     project: Option<PathBuf>,
     /// The run's thread, each action's parent.
     parent: Option<String>,
+    /// Nodes' timeouts and retries.
+    policies: HashMap<String, policy::NodePolicy>,
 }
 
-/// One action, after its permission check: its result document.
+/// One action: its permission checked, then taken under its node's
+/// timeout, and again as its retry policy says. Its result document.
 fn act(door: Arc<Door>, action: WalkAction) -> Acting {
     Box::pin(async move {
-        let (rye, project) = (door.rye.clone(), door.project.clone());
         let needed = capability(&action);
         if !allowed(&door.grants, &needed) {
             return ErrorReply::new(format!(
@@ -561,6 +614,56 @@ fn act(door: Arc<Door>, action: WalkAction) -> Acting {
             ))
             .to_value();
         }
+        let rules = door.policies.get(&action.node).cloned().unwrap_or_default();
+        let mut attempt = 1;
+        loop {
+            let once = perform(door.clone(), action.clone());
+            let (result, failure) = match rules.timeout {
+                Some(limit) => match tokio::time::timeout(limit, once).await {
+                    Ok(result) => {
+                        let failure = failed(&result).then_some(policy::Failure::Error);
+                        (result, failure)
+                    }
+                    Err(_) => (
+                        ErrorReply::new(format!(
+                            "node {:?} timed out after {} s; its action was stopped",
+                            action.node,
+                            limit.as_secs_f64()
+                        ))
+                        .to_value(),
+                        Some(policy::Failure::Timeout),
+                    ),
+                },
+                None => {
+                    let result = once.await;
+                    let failure = failed(&result).then_some(policy::Failure::Error);
+                    (result, failure)
+                }
+            };
+            match (&rules.retry, failure) {
+                (Some(retry), Some(failure))
+                    if attempt < retry.max_attempts && retry.retries(failure) =>
+                {
+                    tokio::time::sleep(retry.delay(attempt)).await;
+                    attempt += 1;
+                }
+                _ => return result,
+            }
+        }
+    })
+}
+
+/// Whether an action's result is a failure.
+fn failed(result: &Value) -> bool {
+    result.get("status").and_then(Value::as_str) == Some("error")
+        || result.get("success") == Some(&Value::Bool(false))
+        || result.get("data").and_then(|d| d.get("success")) == Some(&Value::Bool(false))
+}
+
+/// One attempt of an allowed action.
+fn perform(door: Arc<Door>, action: WalkAction) -> Acting {
+    Box::pin(async move {
+        let (rye, project) = (door.rye.clone(), door.project.clone());
         let kind: ItemKind = match action.kind.parse() {
             Ok(kind) => kind,
             Err(_) => {

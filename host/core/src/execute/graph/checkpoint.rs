@@ -44,6 +44,8 @@ pub(crate) struct RunHeader {
     pub graph_id: String,
     /// SHA-256 of the graph file the run started from, hex.
     pub graph_hash: String,
+    /// When the run first started, epoch milliseconds.
+    pub started_ms: u64,
 }
 
 pub(crate) struct Checkpoints {
@@ -185,6 +187,7 @@ impl Checkpoints {
         fields.insert("graph_run_id".into(), json!(self.header.run_id));
         fields.insert("graph_id".into(), json!(self.header.graph_id));
         fields.insert("graph_hash".into(), json!(self.header.graph_hash));
+        fields.insert("started_ms".into(), json!(self.header.started_ms));
         fields.insert("thread_id".into(), json!(self.thread_id));
         fields.insert("status".into(), json!(status));
         fields.insert("step".into(), json!(self.steps));
@@ -378,6 +381,10 @@ pub(crate) async fn load(
             run_id: run_id.to_owned(),
             graph_id: text("graph_id").unwrap_or_default(),
             graph_hash: text("graph_hash").unwrap_or_default(),
+            started_ms: snapshot
+                .get("started_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or_default(),
         },
         thread_id: text("thread_id"),
         status: text("status").unwrap_or_default(),
