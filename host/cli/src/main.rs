@@ -470,6 +470,18 @@ enum ThreadsAction {
         #[arg(long, default_value_t = 5.0)]
         grace: f64,
     },
+    /// Go on with the graph run a thread walked: from its last
+    /// checkpoint after a crash or a stop, or with --inputs for a run
+    /// waiting at an interrupt node.
+    Resume {
+        thread_id: String,
+        /// What the waiting run is sent, a JSON object.
+        #[arg(long, value_name = "JSON")]
+        inputs: Option<String>,
+        /// Show each step of the run as it was walked.
+        #[arg(long)]
+        trace: bool,
+    },
     /// Run an async thread handed over on stdin (started by the host that
     /// recorded it).
     #[command(hide = true)]
@@ -838,21 +850,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rye = std::sync::Arc::new(rye);
             contain_runs();
             let runtime = one_thread_runtime()?;
-            let result = if run_async {
-                runtime.block_on(rye.execute_async(&request))
-            } else {
-                runtime.block_on(until_signal(&rye, rye.execute(&request)))
-            };
-            output::json(&mut out, &result)?;
-            out.flush()?;
-            // The run's record is written, and what the run left for the
-            // reaper (a sweep, a cgroup to remove) done, before the process
-            // ends.
-            runtime.block_on(rye.flush_threads());
-            rye_host::runs::settle(std::time::Duration::from_secs(2));
-            if result["status"] == "error" {
-                return Err(Failed.into());
-            }
+            execute_and_report(&runtime, &rye, &request, run_async, &mut out)?;
         }
         Command::Serve {
             http,
@@ -982,6 +980,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(until_signal(&rye, rye.run_detached(&thread_id, &run)))
                 .map_err(anyhow::Error::msg)?;
             rye_host::runs::settle(std::time::Duration::from_secs(2));
+        }
+        Command::Threads {
+            action:
+                ThreadsAction::Resume {
+                    thread_id,
+                    inputs,
+                    trace,
+                },
+        } => {
+            let project = project.context("a project folder")?;
+            let inputs = inputs
+                .map(|text| serde_json::from_str::<serde_json::Value>(&text))
+                .transpose()
+                .context("--inputs is not JSON")?;
+            let rye = std::sync::Arc::new(rye);
+            contain_runs();
+            let runtime = one_thread_runtime()?;
+            let mut request = runtime
+                .block_on(rye.resume_request(&project, &thread_id, inputs))
+                .map_err(anyhow::Error::msg)?;
+            request.trace = trace;
+            execute_and_report(&runtime, &rye, &request, false, &mut out)?;
         }
         Command::Threads {
             action: ThreadsAction::Manage { action },
@@ -1412,7 +1432,7 @@ fn threads(
                 )?;
             }
         }
-        ThreadsAction::Run { .. } | ThreadsAction::Manage { .. } => {
+        ThreadsAction::Run { .. } | ThreadsAction::Manage { .. } | ThreadsAction::Resume { .. } => {
             unreachable!("handled before")
         }
     }
@@ -1449,6 +1469,32 @@ fn age(text: &str) -> anyhow::Result<std::time::Duration> {
 }
 
 /// The runtime a one-shot command runs on.
+/// Runs `request` (in the background with `run_async`) and prints its
+/// result; returns once the run's record is written and what it left for
+/// the reaper (a sweep, a cgroup to remove) is done, an error when the run
+/// failed.
+fn execute_and_report(
+    runtime: &tokio::runtime::Runtime,
+    rye: &std::sync::Arc<rye_host::Rye>,
+    request: &ExecuteRequest,
+    run_async: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let result = if run_async {
+        runtime.block_on(rye.execute_async(request))
+    } else {
+        runtime.block_on(until_signal(rye, rye.execute(request)))
+    };
+    output::json(&mut *out, &result)?;
+    out.flush()?;
+    runtime.block_on(rye.flush_threads());
+    rye_host::runs::settle(std::time::Duration::from_secs(2));
+    if result["status"] == "error" {
+        return Err(Failed.into());
+    }
+    Ok(())
+}
+
 fn one_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -873,6 +873,23 @@ config:
         assert!(std::time::Instant::now() < deadline, "the node never ran");
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
+    // The running graph's transcript is in its thread's event log.
+    let tail = env.rye(&["threads", "tail", &id, "--timeout", "0.5"]);
+    assert!(!tail.status.success(), "the graph is still running");
+    let kinds: Vec<String> = String::from_utf8_lossy(&tail.stdout)
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["started", "graph_run", "graph_started", "step_started"],
+        "{tail:?}"
+    );
     let cancelled = env.json(&["threads", "cancel", &id]);
     assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
     assert!(
@@ -889,7 +906,492 @@ config:
     assert_ne!(node["status"], "running", "{node:#}");
 
     std::fs::write(&gate, "").unwrap();
-    let run = run_ids(&env).pop().unwrap();
-    let done = env.execute("demo/long", json!({"resume": true, "graph_run_id": run}));
+    let done: Value = serde_json::from_str(&env.ok(&["threads", "resume", &id])).unwrap();
     assert_eq!(done["data"]["output"], "done\n", "{done:#}");
+    let out = env.rye(&["threads", "resume", &id]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("has already ended (completed)"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_waits_for_a_person_and_goes_on_with_their_inputs() {
+    let env = Env::new();
+    let log = env.project.path().join("deployed");
+    env.graph(
+        "demo/deploy",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: build
+  nodes:
+    build:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo built >> {log}; echo v7"}}}}
+      assign: {{version: "${{result.stdout}}"}}
+      next: ask
+    ask:
+      type: interrupt
+      prompt: "Deploy ${{state.version}}?"
+      required: [approved]
+      assign: {{approved: "${{result.approved}}", note: "${{result.note}}"}}
+      next:
+        - {{to: deploy, when: {{path: result.approved, value: true}}}}
+        - {{to: skipped}}
+    deploy:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo deployed '${{state.note}}' >> {log}"}}}}
+      next: done
+    done: {{type: return, output: {{deployed: true, note: "${{state.note}}"}}}}
+    skipped: {{type: return, output: {{deployed: false}}}}
+"#,
+            log = log.display()
+        ),
+    );
+    let waiting = env.execute("demo/deploy", json!({}));
+    assert_eq!(waiting["status"], "success", "{waiting:#}");
+    let told = &waiting["data"];
+    assert_eq!(told["status"], "waiting", "{told:#}");
+    assert_eq!(told["node"], "ask");
+    assert_eq!(told["prompt"], "Deploy v7\n?");
+    let run = told["graph_run_id"].as_str().unwrap().to_owned();
+    let thread = waiting["metadata"]["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Resumed without what it needs, it stays waiting, and nothing runs.
+    let out = env.rye(&["threads", "resume", &thread]);
+    assert!(!out.status.success());
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        said["error"]
+            .as_str()
+            .unwrap()
+            .contains("waits for input at node \"ask\""),
+        "{said:#}"
+    );
+    let refused = env.execute(
+        "demo/deploy",
+        json!({"resume": true, "graph_run_id": run, "inputs": {"note": "no answer"}}),
+    );
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("needs inputs approved"),
+        "{refused:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "built\n");
+
+    let done: Value = serde_json::from_str(&env.ok(&[
+        "threads",
+        "resume",
+        &thread,
+        "--inputs",
+        r#"{"approved": true, "note": "by ann"}"#,
+    ]))
+    .unwrap();
+    assert_eq!(
+        done["data"]["output"],
+        json!({"deployed": true, "note": "by ann"}),
+        "{done:#}"
+    );
+    assert_eq!(done["data"]["steps"], 4);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "built\ndeployed by ann\n"
+    );
+    // Answered once: a second answer is refused.
+    let again = env.execute(
+        "demo/deploy",
+        json!({"resume": true, "graph_run_id": run, "inputs": {"approved": false}}),
+    );
+    assert!(
+        again["error"].as_str().unwrap().contains("already ended"),
+        "{again:#}"
+    );
+
+    // A run that does not wait takes no inputs; a waiting one says no.
+    let second = env.execute("demo/deploy", json!({}));
+    let run = second["data"]["graph_run_id"].as_str().unwrap().to_owned();
+    let no = env.execute(
+        "demo/deploy",
+        json!({"resume": true, "graph_run_id": run, "inputs": {"approved": false}}),
+    );
+    assert_eq!(no["data"]["output"], json!({"deployed": false}), "{no:#}");
+}
+
+#[test]
+fn hooks_run_through_the_door_and_an_error_hook_retries() {
+    let env = Env::new();
+    let dir = env.project.path();
+    let (count, log) = (dir.join("count"), dir.join("hooks"));
+    env.graph(
+        "demo/hooked",
+        &format!(
+            r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: flaky
+  max_steps: 10
+  hooks:
+    - {{event: graph_started, action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo started >> {log}"}}}}}}
+    - event: after_step
+      condition: {{path: node, op: ne, value: done}}
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo after ${{node}} to ${{next_node}} >> {log}"}}}}
+    - event: error
+      condition: {{path: node, value: flaky}}
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo error ${{retries}} >> {log}; echo '{{\"action\": \"retry\", \"max_retries\": 5}}'"}}}}
+    - {{event: graph_completed, action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo completed ${{status}} >> {log}"}}}}}}
+    - {{event: graph_completed, action: {{kind: tool, item_id: rye/other/tool, params: {{}}}}}}
+  nodes:
+    flaky:
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo x >> {count}; test $(wc -l < {count}) -ge 3 && echo ok"}}}}
+      assign: {{said: "${{result.stdout}}"}}
+      next: done
+    done: {{type: return, output: {{said: "${{state.said}}", retries: "${{state._retries.flaky}}"}}}}
+"#,
+            count = count.display(),
+            log = log.display()
+        ),
+    );
+    let ran = env.execute("demo/hooked", json!({}));
+    assert_eq!(
+        ran["data"]["output"],
+        json!({"said": "ok\n", "retries": 2}),
+        "{ran:#}"
+    );
+    assert_eq!(ran["data"]["steps"], 2);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "started\nerror 0\nerror 1\nafter flaky to done\ncompleted completed\n"
+    );
+    // The hook outside the graph's permissions was refused, not run.
+    let thread = ran["metadata"]["thread_id"].as_str().unwrap();
+    let view = env.json(&["threads", "show", thread]);
+    let kinds: Vec<&str> = view["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "graph_run",
+        "graph_started",
+        "hooks_started",
+        "step_failed",
+        "step_retried",
+        "step_completed",
+        "graph_completed",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    let runs = env.json(&["--json", "threads", "list", "--limit", "100"]);
+    assert!(
+        !runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["item_id"] == "rye/other/tool"),
+        "{runs:#}"
+    );
+}
+
+#[test]
+fn a_parallel_foreach_stops_starting_items_past_its_tolerated_failures() {
+    let env = Env::new();
+    let log = env.project.path().join("started");
+    let graph = |id: &str, tolerated: &str| {
+        env.graph(
+            id,
+            &format!(
+                r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: fan
+  nodes:
+    fan:
+      type: foreach
+      over: "${{inputs.items}}"
+      as: n
+      parallel: true
+      max_concurrency: 1
+      tolerated_failures: {tolerated}
+      collect: outs
+      action: {{kind: tool, item_id: rye/bash/bash, params: {{command: "echo ${{n}} >> {log}; test ${{n}} -lt 3"}}}}
+      on_error: failed
+      next: done
+    done: {{type: return, output: {{all: "${{state.outs|length}}"}}}}
+    failed: {{type: return, output: {{error: "${{state._last_error.error}}", outs: "${{state.outs|length}}"}}}}
+"#,
+                log = log.display()
+            ),
+        );
+    };
+    graph("demo/strict", "1");
+    graph("demo/tolerant", "\"75%\"");
+    let items = json!({"items": [1, 2, 3, 4, 5, 6]});
+    let ran = env.execute("demo/strict", items.clone());
+    let output = &ran["data"]["output"];
+    assert_eq!(
+        output["error"],
+        "4 of the 6 items of foreach node \"fan\" failed, more than the 1 it tolerates",
+        "{ran:#}"
+    );
+    assert_eq!(output["outs"], 6);
+    // One at a time: once items 3 and 4 had failed, 5 and 6 were not
+    // started.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "1\n2\n3\n4\n");
+    std::fs::remove_file(&log).unwrap();
+    let ran = env.execute("demo/tolerant", items);
+    assert_eq!(ran["data"]["output"], json!({"all": 6}), "{ran:#}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 6);
+}
+
+#[test]
+fn one_node_runs_alone_in_single_step_mode() {
+    let env = Env::new();
+    env.graph(
+        "demo/steps",
+        r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a: {type: gate, assign: {n: 1}, next: b}
+    b:
+      action: {kind: tool, item_id: rye/bash/bash, params: {command: "echo n=$((${state.n} + 1))"}}
+      assign: {n: "${result.stdout}"}
+      next: c
+    c: {type: return, output: "${state.n}"}
+"#,
+    );
+    let ran = env.execute(
+        "demo/steps",
+        json!({"node": "b", "inject_state": {"n": 41}}),
+    );
+    let data = &ran["data"];
+    assert_eq!(data["executed_node"], "b", "{ran:#}");
+    assert_eq!(data["next_node"], "c");
+    assert_eq!(data["step_count"], 1);
+    assert_eq!(data["state"]["n"], "n=42\n");
+    assert!(
+        data["graph_run_id"].as_str().unwrap().ends_with("-step"),
+        "{data:#}"
+    );
+}
+
+#[test]
+fn a_cached_node_result_stands_in_only_while_its_chain_is_unchanged() {
+    let env = Env::new();
+    let dir = env.project.path();
+    let count = dir.join("count");
+    let tool = dir.join(".ai/tools/demo/counter.yaml");
+    let write_tool = |description: &str| {
+        std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+        std::fs::write(
+            &tool,
+            format!("version: \"1.0.0\"\ntool_type: script\nexecutor_id: rye/core/runtimes/bash/bash\ncategory: demo\ndescription: {description}\n"),
+        )
+        .unwrap();
+    };
+    write_tool("Counts.");
+    env.ok(&["sign", "tool", "demo/counter"]);
+    env.graph(
+        "demo/cached",
+        &format!(
+            r#"permissions: ["rye.execute.tool.demo.*"]
+config:
+  start: a
+  nodes:
+    a:
+      action: {{kind: tool, item_id: demo/counter, params: {{command: "echo x >> {count}; echo {{\\\"n\\\": $(wc -l < {count}), \\\"for\\\": \\\"${{inputs.who}}\\\"}}"}}}}
+      cache_result: true
+      assign: {{n: "${{result.n}}"}}
+      next: b
+    b: {{type: return, output: "${{state.n}}"}}
+"#,
+            count = count.display()
+        ),
+    );
+    let run = |who: &str| env.execute("demo/cached", json!({"who": who}));
+    assert_eq!(run("ann")["data"]["output"], 1);
+    assert_eq!(
+        run("ann")["data"]["output"],
+        1,
+        "the second run is answered from the cache"
+    );
+    assert_eq!(run("bob")["data"]["output"], 2, "other params, another key");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
+    let pointers = std::fs::read_dir(dir.join(".ai/state/objects/cache/nodes"))
+        .unwrap()
+        .count();
+    assert_eq!(pointers, 2);
+
+    // The tool re-signed with a change: its old result no longer stands.
+    write_tool("Counts, changed.");
+    env.ok(&["sign", "tool", "demo/counter"]);
+    assert_eq!(run("ann")["data"]["output"], 3);
+    assert_eq!(run("ann")["data"]["output"], 3);
+    // Changed and not signed: refused, cache or no cache.
+    write_tool("Counts, tampered.");
+    let refused = run("ann");
+    assert_eq!(refused["data"]["success"], false, "{refused:#}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3);
+}
+
+/// `text` with the run's id and the project's folder in it named, not
+/// spelled: what differs from one run of a case to the next.
+fn normalized(value: Value, run: Option<&str>, project: &str) -> Value {
+    match value {
+        Value::String(text) => {
+            let text = match run {
+                Some(run) if !run.is_empty() => text.replace(run, "<run>"),
+                _ => text,
+            };
+            Value::String(text.replace(project, "<project>"))
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|v| normalized(v, run, project))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, normalized(v, run, project)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The conformance suite: each graph in `tests/conformance/graphs/` (the
+/// `.yaml`, a graph tool's body) run with each parameter set its `.json`
+/// lists, through the real binary; what each run gave (status, error,
+/// data) and the events its thread logged must equal the golden ones in
+/// the same `.json`. `RYE_BLESS=1` writes them instead, to be read over
+/// before they are committed.
+#[test]
+fn conformance_graphs_give_their_golden_results() {
+    let suite = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/graphs");
+    let bless = std::env::var_os("RYE_BLESS").is_some();
+    let env = Env::new();
+    let project = env.project.path().to_str().unwrap().to_owned();
+    let mut names: Vec<String> = std::fs::read_dir(&suite)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".yaml").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    let mut differ = Vec::new();
+    for name in names {
+        let body = std::fs::read_to_string(suite.join(format!("{name}.yaml"))).unwrap();
+        let id = format!("conformance/{name}");
+        env.graph(&id, &body);
+        let case_file = suite.join(format!("{name}.json"));
+        let mut case: Value =
+            serde_json::from_str(&std::fs::read_to_string(&case_file).unwrap()).unwrap();
+        let mut seen = Vec::new();
+        for params in case["runs"].as_array().unwrap().clone() {
+            let ran = env.execute(&id, params.clone());
+            let events: Vec<Value> = match ran["metadata"]["thread_id"].as_str() {
+                Some(thread) => env.json(&["threads", "show", thread])["events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    // The thread's own beginning and end (a pid, a hash)
+                    // are not the graph's.
+                    .filter(|e| e["kind"] != "started" && e["kind"] != "finished")
+                    .map(|e| json!([e["kind"], e["detail"]]))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let run = ran["data"]["graph_run_id"].as_str().map(str::to_owned);
+            seen.push(normalized(
+                json!({"params": params, "status": ran["status"], "error": ran["error"],
+                       "data": ran["data"], "events": events}),
+                run.as_deref(),
+                &project,
+            ));
+        }
+        if bless {
+            case["golden"] = Value::Array(seen);
+            std::fs::write(
+                &case_file,
+                serde_json::to_string_pretty(&case).unwrap() + "\n",
+            )
+            .unwrap();
+        } else if case["golden"] != Value::Array(seen.clone()) {
+            differ.push(format!(
+                "{name}: expected\n{:#}\ngot\n{:#}",
+                case["golden"],
+                Value::Array(seen)
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n\n"));
+}
+
+/// A run's own duration, as the host measured it, in milliseconds.
+fn took_ms(ran: &Value) -> u64 {
+    ran["metadata"]["duration_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no duration: {ran:#}"))
+}
+
+#[test]
+fn a_deadline_and_a_node_timeout_hold_within_100_ms() {
+    let env = Env::new();
+    env.graph(
+        "demo/forever",
+        r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  max_steps: 100000
+  deadline: 1.5
+  nodes:
+    a: {action: {kind: tool, item_id: rye/bash/bash, params: {command: "sleep 0.07"}}, next: a}
+"#,
+    );
+    let ran = env.execute("demo/forever", json!({}));
+    assert!(
+        ran["error"]
+            .as_str()
+            .unwrap()
+            .contains("deadline of 1.5 s passed"),
+        "{ran:#}"
+    );
+    let took = took_ms(&ran);
+    assert!((1500..=1600).contains(&took), "took {took} ms: {ran:#}");
+
+    env.graph(
+        "demo/stuck",
+        r#"permissions: ["rye.execute.tool.rye.bash.*"]
+config:
+  start: a
+  nodes:
+    a: {action: {kind: tool, item_id: rye/bash/bash, params: {command: "exec sleep 30"}}, timeout: 0.7}
+"#,
+    );
+    let out = env.rye(&["execute", "tool", "demo/stuck", "--trace"]);
+    let traced: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        traced["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 0.7 s"),
+        "{traced:#}"
+    );
+    // The node's dispatch, from its start to its end, as the trace
+    // measured it.
+    let dispatch = traced["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["step"] == "graph_step" && step["next"] == "dispatch")
+        .unwrap_or_else(|| panic!("no dispatch traced: {traced:#}"));
+    let took = dispatch["actions_us"].as_u64().unwrap() / 1000;
+    assert!((700..=800).contains(&took), "took {took} ms: {dispatch:#}");
 }

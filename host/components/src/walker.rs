@@ -63,8 +63,13 @@ pub enum WalkNext {
     Dispatch {
         actions: Vec<WalkAction>,
         concurrency: usize,
+        /// Start no more once more than this many have failed.
+        stop_after_failures: Option<usize>,
     },
     Proceed,
+    /// The run pauses for a caller's inputs; what the caller is told, a
+    /// JSON object.
+    Waiting(Value),
     /// The run's result, a JSON object.
     Finished(Value),
 }
@@ -264,6 +269,10 @@ fn checked(outcome: wit::Outcome) -> Result<WalkOutcome, String> {
             result @ Value::Object(_) => WalkNext::Finished(result),
             _ => return Err("the run's result is not a JSON object".into()),
         },
+        wit::Next::Waiting(told) => match json(&told, "what a waiting run tells")? {
+            told @ Value::Object(_) => WalkNext::Waiting(told),
+            _ => return Err("what a waiting run tells is not a JSON object".into()),
+        },
         wit::Next::Dispatch(dispatch) => {
             if dispatch.actions.is_empty() {
                 return Err("a dispatch asks for no action".into());
@@ -295,6 +304,7 @@ fn checked(outcome: wit::Outcome) -> Result<WalkOutcome, String> {
             WalkNext::Dispatch {
                 actions,
                 concurrency: dispatch.concurrency.max(1) as usize,
+                stop_after_failures: dispatch.stop_after_failures.map(|n| n as usize),
             }
         }
     };

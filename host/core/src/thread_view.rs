@@ -112,3 +112,38 @@ impl crate::Rye {
         })
     }
 }
+
+impl crate::Rye {
+    /// The execution that goes on with the graph run thread `id` walked
+    /// (or went on with): its graph with `resume` and the run's id, and
+    /// `inputs` for a run that waits for them.
+    pub async fn resume_request(
+        &self,
+        project: &Path,
+        id: &str,
+        inputs: Option<Value>,
+    ) -> Result<crate::ExecuteRequest, String> {
+        let view = self.thread(project, id).await?;
+        let run = view
+            .events
+            .iter()
+            .find(|e| e.kind == "graph_run")
+            .and_then(|e| e.detail.get("graph_run_id"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                format!(
+                    "thread {id} ({} {}) walked no graph: only a graph's run can be resumed",
+                    view.thread.item_type, view.thread.item_id
+                )
+            })?;
+        let mut parameters = serde_json::json!({"resume": true, "graph_run_id": run});
+        if let Some(inputs) = inputs {
+            parameters["inputs"] = inputs;
+        }
+        Ok(crate::ExecuteRequest {
+            parameters,
+            project: Some(project.to_owned()),
+            ..crate::ExecuteRequest::new(rye_space::ItemKind::Tool, view.thread.item_id)
+        })
+    }
+}

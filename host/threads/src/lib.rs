@@ -520,6 +520,30 @@ impl Registry {
             .await
     }
 
+    /// Appends `events` (kind and detail each) to a thread's log at once,
+    /// in order; the last one's sequence number (0 for none).
+    pub async fn events_at_once(
+        &self,
+        id: &str,
+        events: Vec<(String, Value)>,
+    ) -> Result<i64, ThreadError> {
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let thread = id.to_owned();
+        self.run(move |conn| {
+            let at = now_ms();
+            let transaction = conn.unchecked_transaction()?;
+            let mut last = 0;
+            for (kind, detail) in &events {
+                last = append_event(&transaction, &thread, at, kind, detail)?;
+            }
+            transaction.commit()?;
+            Ok(last)
+        })
+        .await
+    }
+
     /// A thread's events after `after` (0: all), in order.
     pub async fn events(&self, id: &str, after: i64) -> Result<Vec<Event>, ThreadError> {
         let id = id.to_owned();

@@ -30,6 +30,7 @@ use crate::{ErrorReply, LoadRequest, Rye, SearchRequest, Signable};
 /// The walker a chain uses unless one of its elements names another.
 pub(crate) const DEFAULT_WALKER: &str = "rye/state-graph";
 
+mod cache;
 mod checkpoint;
 mod policy;
 
@@ -41,6 +42,16 @@ type Acting = Pin<Box<dyn Future<Output = Value> + Send>>;
 impl ToolRun<'_> {
     /// Walks the graph tool at the head of `chain` to its end.
     pub(super) async fn walk(&mut self, chain: &Chain) -> Stage<Ran> {
+        let mut journal = None;
+        let ran = self.walk_journaled(chain, &mut journal).await;
+        // The run's events are all in its thread's log before it ends.
+        if let Some(journal) = journal {
+            journal.close().await;
+        }
+        ran
+    }
+
+    async fn walk_journaled(&mut self, chain: &Chain, journal: &mut Option<Journal>) -> Stage<Ran> {
         let started = Instant::now();
         let tool = chain.tool();
         let name = chain
@@ -88,6 +99,14 @@ impl ToolRun<'_> {
             .get("graph_run_id")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        // What a caller sends a waiting run; on a new run, `inputs` is
+        // the graph's own parameter like any other.
+        let sent = if resume {
+            parameters.remove("inputs").unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let single_step = parameters.get("node").is_some_and(Value::is_string);
         let mut grants = self.request.grants.clone();
         if let Some(asked) = parameters.get("capabilities") {
             grants.push(strings(asked).into());
@@ -112,7 +131,7 @@ impl ToolRun<'_> {
             graph: Value::Object((*tool.metadata).clone()),
             defaults: runtime_defaults(chain),
             parameters: Value::Object(parameters),
-            run_id: run_id(&tool.item_id),
+            run_id: run_id(&tool.item_id, single_step),
             env_names: std::env::vars_os()
                 .filter_map(|(k, _)| k.into_string().ok())
                 .collect(),
@@ -176,10 +195,12 @@ impl ToolRun<'_> {
                 Some(stored)
             }
         };
-        // A resumed run's deadline counts from when it first started.
+        // The run's deadline counts from when its execution began (for a
+        // resumed run, from when it first did).
+        let began_ms = now_ms.saturating_sub(self.started.elapsed().as_millis() as u64);
         let started_ms = stored
             .as_ref()
-            .map_or(now_ms, |s| s.header.started_ms.min(now_ms));
+            .map_or(began_ms, |s| s.header.started_ms.min(now_ms));
         let mut checkpoints = recorder.as_ref().map(|recorder| {
             checkpoint::Checkpoints::new(
                 recorder.cas.clone(),
@@ -204,23 +225,38 @@ impl ToolRun<'_> {
             Some(stored) => {
                 known = stored.results.clone();
                 self.decided(blocking(|| {
-                    walker.resume(
-                        &request,
-                        &stored.state,
-                        &stored.cursor,
-                        &Value::Null,
-                        &clock(),
-                    )
+                    walker.resume(&request, &stored.state, &stored.cursor, &sent, &clock())
                 }))?
             }
         };
         let mut walker_us = walked.elapsed().as_micros() as u64;
+        // The run's transcript also goes to its thread's event log, for
+        // `rye threads tail`; the first event names the run.
+        *journal = recorder
+            .clone()
+            .zip(self.thread_id.clone())
+            .map(|(recorder, thread)| Journal::open(recorder, thread));
+        let journal = journal.as_ref();
+        if let Some(journal) = journal {
+            let named = json!({"graph_run_id": request.run_id, "graph_id": tool.item_id,
+                               "resumed": stored.is_some()});
+            journal.log(vec![("graph_run".to_owned(), named)]);
+        }
+        let cache = recorder.as_ref().map(|recorder| {
+            cache::NodeCache::new(
+                recorder.cas.clone(),
+                &state_dir,
+                tool.metadata.get("config").unwrap_or(&Value::Null),
+                &request.defaults,
+            )
+        });
         let door = Arc::new(Door {
             rye: self.rye.clone(),
             grants,
             policies,
             project: self.request.project.clone(),
             parent: self.thread_id.clone(),
+            cache,
         });
         let deadline_passed = |outcome: &WalkOutcome, limit: std::time::Duration| {
             let error = format!("the run's deadline of {} s passed", limit.as_secs_f64());
@@ -243,7 +279,7 @@ impl ToolRun<'_> {
             });
             if let Some((limit, left)) = remaining
                 && left.is_zero()
-                && !matches!(outcome.next, WalkNext::Finished(_))
+                && !matches!(outcome.next, WalkNext::Finished(_) | WalkNext::Waiting(_))
             {
                 return Ok(deadline_passed(&outcome, limit));
             }
@@ -254,6 +290,11 @@ impl ToolRun<'_> {
                     "graph run {}: the checkpoint could not be stored, so the run stopped: {e}",
                     request.run_id
                 ))));
+            }
+            if let Some(journal) = journal
+                && !outcome.events.is_empty()
+            {
+                journal.log(outcome.events.clone());
             }
             let acting = Instant::now();
             let (results, next, actions) = match &outcome.next {
@@ -269,16 +310,28 @@ impl ToolRun<'_> {
                     });
                     return Ok(graph_ran(result, error, started));
                 }
+                // The run is kept as it is until a caller sends inputs.
+                WalkNext::Waiting(told) => {
+                    let told = told.clone();
+                    self.graph_step(&outcome, "waiting", Vec::new(), walker_us, 0);
+                    if checkpoints.is_none() {
+                        self.warnings.push(
+                            "the run waits for inputs, but recording is off (RYE_THREADS=0), so it cannot be resumed".into(),
+                        );
+                    }
+                    return Ok(graph_ran(told, None, started));
+                }
                 WalkNext::Proceed => (Vec::new(), "proceed", Vec::new()),
                 WalkNext::Dispatch {
                     actions,
                     concurrency,
+                    stop_after_failures,
                 } => {
                     let names = actions.iter().map(|a| a.item_id.clone()).collect();
                     let dispatching = dispatch(
                         &door,
                         actions.clone(),
-                        *concurrency,
+                        (*concurrency, *stop_after_failures),
                         std::mem::take(&mut known),
                         checkpoints.as_mut(),
                     );
@@ -331,7 +384,7 @@ impl ToolRun<'_> {
                 stored.header.graph_hash
             ))));
         }
-        if stored.status != "running" {
+        if stored.status != "running" && stored.status != "waiting" {
             return Err(self.fail(ErrorReply::new(format!(
                 "graph run {run} has already ended ({}{})",
                 stored.status,
@@ -391,6 +444,57 @@ impl ToolRun<'_> {
     }
 }
 
+/// A run's events on their way to its thread's log, written by a task
+/// of their own so that a step never waits for the database (a step
+/// that did cost 150 µs more). What comes within [`GATHER`] of the first
+/// event goes in one transaction, so a busy run writes a few times a
+/// second rather than once a step, leaving the database to its actions'
+/// own records. A log that cannot take them is warned of, not a reason to
+/// stop: the checkpoints keep the run.
+/// How long a run's journal gathers events before it writes them.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
+struct Journal {
+    send: tokio::sync::mpsc::UnboundedSender<Vec<(String, Value)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Journal {
+    fn open(recorder: Arc<crate::threads::Recorder>, thread: String) -> Self {
+        let (send, mut receive) = tokio::sync::mpsc::unbounded_channel::<Vec<(String, Value)>>();
+        let task = tokio::spawn(async move {
+            while let Some(mut events) = receive.recv().await {
+                let gathering = tokio::time::sleep(GATHER);
+                tokio::pin!(gathering);
+                loop {
+                    tokio::select! {
+                        more = receive.recv() => match more {
+                            Some(more) => events.extend(more),
+                            // The run has ended: written at once.
+                            None => break,
+                        },
+                        () = &mut gathering => break,
+                    }
+                }
+                if let Err(e) = recorder.registry.events_at_once(&thread, events).await {
+                    tracing::warn!("thread {thread}: the graph's events were not logged: {e}");
+                }
+            }
+        });
+        Self { send, task }
+    }
+
+    fn log(&self, events: Vec<(String, Value)>) {
+        let _ = self.send.send(events);
+    }
+
+    /// Waits until every event logged is written.
+    async fn close(self) {
+        drop(self.send);
+        let _ = self.task.await;
+    }
+}
+
 /// The run's result as the execution's: the walker's result is the data.
 fn graph_ran(result: Value, error: Option<String>, started: Instant) -> Ran {
     Ran {
@@ -431,14 +535,20 @@ fn strings(value: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A run's id: the graph's id with `/` as `-`, the second it started, and
-/// a random part so two runs in one second differ.
-fn run_id(graph_id: &str) -> String {
+/// A run's id: the graph's id with `/` as `-`, the second it started, a
+/// random part so two runs in one second differ, and `-step` for a
+/// single-step run.
+fn run_id(graph_id: &str, single_step: bool) -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let random = rye_threads::new_thread_id();
-    format!("{}-{secs}-{}", graph_id.replace('/', "-"), &random[..8])
+    let step = if single_step { "-step" } else { "" };
+    format!(
+        "{}-{secs}-{}{step}",
+        graph_id.replace('/', "-"),
+        &random[..8]
+    )
 }
 
 /// Now, as walkers are told it.
@@ -540,33 +650,53 @@ fn class(p: &[char], start: usize, c: char) -> Option<usize> {
 
 /// Takes `actions`, at most `concurrency` at a time, and gives their
 /// results in their order; each is stored in `checkpoints` as it comes
-/// in. An action with a `known` result (from before a crash) is not taken
-/// again. Dropping the future stops every action still running (a tool's
-/// processes with it).
+/// in. Once more than `stop_after` have failed, no more are started (each
+/// not started gets an error result). An action with a `known` result
+/// (from before a crash) is not taken again. Dropping the future stops
+/// every action still running (a tool's processes with it).
 async fn dispatch(
     door: &Arc<Door>,
     actions: Vec<WalkAction>,
-    concurrency: usize,
+    (concurrency, stop_after): (usize, Option<usize>),
     mut known: BTreeMap<usize, Value>,
     mut checkpoints: Option<&mut checkpoint::Checkpoints>,
 ) -> Result<Vec<Value>, String> {
     let count = actions.len();
     let mut results = vec![Value::Null; count];
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let too_many = move |failures: &std::sync::atomic::AtomicUsize| {
+        stop_after.is_some_and(|most| failures.load(std::sync::atomic::Ordering::SeqCst) > most)
+    };
     let mut running = tokio::task::JoinSet::new();
     for (index, action) in actions.into_iter().enumerate() {
         if let Some(result) = known.remove(&index) {
             if let Some(checkpoints) = checkpoints.as_deref_mut() {
                 checkpoints.result(index, &result).await?;
             }
+            if failed(&result) {
+                failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             results[index] = result;
             continue;
         }
         let acting = act(door.clone(), action);
-        let permits = permits.clone();
+        let (permits, failures) = (permits.clone(), failures.clone());
         running.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            (index, acting.await)
+            if too_many(&failures) {
+                let skipped = ErrorReply::new(format!(
+                    "not run: more actions of this dispatch failed than the {} it tolerates",
+                    stop_after.unwrap_or_default()
+                ))
+                .to_value();
+                return (index, skipped);
+            }
+            let result = acting.await;
+            if failed(&result) {
+                failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            (index, result)
         });
     }
     while let Some(done) = running.join_next().await {
@@ -600,6 +730,9 @@ struct Door {
     parent: Option<String>,
     /// Nodes' timeouts and retries.
     policies: HashMap<String, policy::NodePolicy>,
+    /// Where `cache_result` nodes' results are kept (none when runs are
+    /// not recorded).
+    cache: Option<cache::NodeCache>,
 }
 
 /// One action: its permission checked, then taken under its node's
@@ -614,9 +747,19 @@ fn act(door: Arc<Door>, action: WalkAction) -> Acting {
             ))
             .to_value();
         }
+        let cached = match &door.cache {
+            Some(cache) if action.cacheable && action.primary == "execute" => {
+                match cached(&door, cache, &action).await {
+                    Ok(Cached::Hit(result)) => return result,
+                    Ok(Cached::Miss(key)) => Some((cache, key)),
+                    Err(refused) => return refused,
+                }
+            }
+            _ => None,
+        };
         let rules = door.policies.get(&action.node).cloned().unwrap_or_default();
         let mut attempt = 1;
-        loop {
+        let result = loop {
             let once = perform(door.clone(), action.clone());
             let (result, failure) = match rules.timeout {
                 Some(limit) => match tokio::time::timeout(limit, once).await {
@@ -647,9 +790,75 @@ fn act(door: Arc<Door>, action: WalkAction) -> Acting {
                     tokio::time::sleep(retry.delay(attempt)).await;
                     attempt += 1;
                 }
-                _ => return result,
+                _ => break result,
             }
+        };
+        if let Some((cache, key)) = cached
+            && !failed(&result)
+            && let Err(e) = cache.put(&key, &action.node, &result).await
+        {
+            tracing::warn!("node {:?}: its result was not cached: {e}", action.node);
         }
+        result
+    })
+}
+
+/// What the node cache has for an action.
+enum Cached {
+    /// The result of an earlier run, marked `cache_hit`.
+    Hit(Value),
+    /// Nothing yet: the key the result goes under.
+    Miss(String),
+}
+
+/// Looks `action` up in `cache`, its chain checked first (as the run
+/// would check it, without running): an item that no longer verifies
+/// gives the check's error, and one that changed has another key.
+async fn cached(
+    door: &Door,
+    cache: &cache::NodeCache,
+    action: &WalkAction,
+) -> Result<Cached, Value> {
+    let kind: ItemKind = action.kind.parse().map_err(|_| {
+        ErrorReply::new(format!(
+            "node {:?} asks for kind {:?}: directive, tool or knowledge",
+            action.node, action.kind
+        ))
+        .to_value()
+    })?;
+    let check = ExecuteRequest {
+        parameters: action.params.clone(),
+        project: door.project.clone(),
+        dry_run: true,
+        grants: door.grants.clone(),
+        ..ExecuteRequest::new(kind, action.item_id.clone())
+    };
+    let checked = door.rye.execute(&check).await;
+    if checked.get("status").and_then(Value::as_str) == Some("error") {
+        return Err(checked);
+    }
+    let chain: Vec<String> = checked
+        .get("chain")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|element| {
+            element
+                .get("integrity")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    let key = cache.key(action, &chain);
+    Ok(match cache.get(&key).await {
+        Some(mut result) => {
+            if let Some(Value::Object(metadata)) = result.get_mut("metadata") {
+                metadata.insert("cache_hit".into(), Value::Bool(true));
+            }
+            Cached::Hit(result)
+        }
+        None => Cached::Miss(key),
     })
 }
 

@@ -3,8 +3,9 @@
 //!
 //! Errors: no `permissions`; `start` missing or naming no node; a `next`,
 //! edge or `on_error` naming no node; a `foreach` without `over` or
-//! `action`, or whose action asks to run `async`; a node that is no map or
-//! of an unknown type. Warnings: nodes no path from `start` reaches; a
+//! `action`, or whose action asks to run `async`; a `tolerated_failures`
+//! that is neither a count nor a percentage; a node that is no map or of
+//! an unknown type; a hook with an unknown event or no action. Warnings: nodes no path from `start` reaches; a
 //! `${state.X}` no one assigns; a state key assigned and never read; a
 //! node key the format does not have.
 
@@ -13,7 +14,7 @@ use std::collections::{BTreeSet, VecDeque};
 use rye_guest::serde_json::{Map, Value, json};
 
 /// The keys a node may have.
-const NODE_KEYS: [&str; 18] = [
+const NODE_KEYS: [&str; 21] = [
     "type",
     "action",
     "assign",
@@ -32,6 +33,18 @@ const NODE_KEYS: [&str; 18] = [
     "description",
     "retry",
     "timeout",
+    "prompt",
+    "required",
+    "tolerated_failures",
+];
+
+/// The events a hook may run on.
+pub const HOOK_EVENTS: [&str; 5] = [
+    "graph_started",
+    "after_step",
+    "error",
+    "limit",
+    "graph_completed",
 ];
 
 /// State keys every run has without an `assign`.
@@ -83,7 +96,7 @@ pub fn analyze(graph: &Value) -> Value {
             }
         }
         match node.get("type").and_then(Value::as_str) {
-            None | Some("action" | "return" | "gate") => {}
+            None | Some("action" | "return" | "gate" | "interrupt") => {}
             Some("foreach") => {
                 if !node.contains_key("over") {
                     errors.push(format!("foreach node {name:?} has no over"));
@@ -111,6 +124,13 @@ pub fn analyze(graph: &Value) -> Value {
                 if let Some(Value::String(key)) = node.get("collect") {
                     assigned.insert(key.clone());
                 }
+                if let Some(tolerated) = node.get("tolerated_failures")
+                    && crate::walk::tolerated(tolerated, 100).is_err()
+                {
+                    errors.push(format!(
+                        "foreach node {name:?} has a tolerated_failures that is neither a count nor a percentage (\"10%\"): {tolerated}"
+                    ));
+                }
             }
             Some(other) => errors.push(format!("node {name:?} has an unknown type {other:?}")),
         }
@@ -134,6 +154,31 @@ pub fn analyze(graph: &Value) -> Value {
                 condition_paths(edge.get("when").unwrap_or(&Value::Null), &mut read);
             }
         }
+    }
+    match config.get("hooks") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(hooks)) => {
+            for (i, hook) in hooks.iter().enumerate() {
+                let event = hook.get("event").and_then(Value::as_str);
+                if !event.is_some_and(|e| HOOK_EVENTS.contains(&e)) {
+                    errors.push(format!(
+                        "hook {i} runs on {}, which is none of {}",
+                        event.map_or_else(|| "no event".to_owned(), |e| format!("{e:?}")),
+                        HOOK_EVENTS.join(", ")
+                    ));
+                }
+                if !hook.get("action").is_some_and(Value::is_object) {
+                    errors.push(format!("hook {i} has no action (a map like a node's)"));
+                }
+                let mut texts = Vec::new();
+                strings(hook, &mut texts);
+                for text in texts {
+                    state_references(&text, &mut read);
+                }
+                condition_paths(hook.get("condition").unwrap_or(&Value::Null), &mut read);
+            }
+        }
+        Some(_) => errors.push("config.hooks is not a list".into()),
     }
     for key in read.difference(&assigned) {
         warnings.push(format!("state.{key} is read but never assigned"));

@@ -45,10 +45,7 @@ impl GraphWalker for StateGraph {
         inputs: String,
         now: Clock,
     ) -> Result<Outcome, String> {
-        if !matches!(serde_json::from_str(&inputs), Ok(Value::Null)) {
-            return Err("the run is not waiting for inputs".into());
-        }
-        let (run, outcome) = Run::resume(&input, state, &cursor, &now)?;
+        let (run, outcome) = Run::resume(&input, state, &cursor, &inputs, &now)?;
         RUN.with(|slot| *slot.borrow_mut() = Some(run));
         Ok(outcome)
     }

@@ -55,6 +55,7 @@ fn misbehave(input: &WalkInput) -> Result<Outcome, String> {
                 .map(|_| action("rye/bash/bash", json!({})))
                 .collect(),
             concurrency: 1_000_000,
+            stop_after_failures: None,
         }))),
         // Asks for the command the caller passed, whatever the graph's
         // permissions say.
@@ -64,6 +65,7 @@ fn misbehave(input: &WalkInput) -> Result<Outcome, String> {
                 json!({"command": parameters["command"]}),
             )],
             concurrency: 1,
+            stop_after_failures: None,
         }))),
         other => Err(format!("no misbehaviour called {other:?}")),
     }

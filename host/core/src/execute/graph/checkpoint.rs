@@ -164,12 +164,13 @@ impl Checkpoints {
                     .and_then(Value::as_str)
                     .map(str::to_owned),
             ),
+            WalkNext::Waiting(_) => ("waiting", None),
             _ => ("running", None),
         };
         self.append_events(&outcome.events)?;
         let snapshot = self.snapshot(status, error);
         self.append(&snapshot)?;
-        if status != "running" {
+        if status != "running" && status != "waiting" {
             self.ended(snapshot).await?;
         }
         Ok(())
