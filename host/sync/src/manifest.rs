@@ -1,0 +1,262 @@
+//! A space's content as a `source_manifest`: every file under its item
+//! folders (`.ai/directives`, `tools`, `knowledge`, `config`) as an
+//! `item_source` object (the bytes as a blob, their hash, and the fields
+//! of the signature line, when it has one), and, for a project, the files
+//! outside `.ai/` its policy carries, each as a blob. Paths are relative
+//! to the space's root, `/`-separated.
+//!
+//! The walk never follows a symbolic link (a link is left out and named in
+//! what the build skipped), takes nothing the policy excludes, and leaves
+//! out names that are not UTF-8: a manifest names only plain files inside
+//! the space.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use base64::Engine as _;
+use rye_cas::{Cas, ContentHash, Storage, object};
+use rye_space::ItemKind;
+use serde_json::{Map, Value, json};
+
+use crate::SyncError;
+use crate::policy::Policy;
+
+/// The item folders under `.ai/` and the kind of item each holds.
+pub const ITEM_FOLDERS: [(&str, ItemKind); 4] = [
+    ("directives", ItemKind::Directive),
+    ("tools", ItemKind::Tool),
+    ("knowledge", ItemKind::Knowledge),
+    ("config", ItemKind::Config),
+];
+
+/// Which space a manifest describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceKind {
+    Project,
+    User,
+}
+
+impl SpaceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SpaceKind::Project => "project",
+            SpaceKind::User => "user",
+        }
+    }
+}
+
+/// A built manifest.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub hash: ContentHash,
+    pub manifest: Value,
+    /// Paths left out, each with why.
+    pub skipped: Vec<(String, &'static str)>,
+}
+
+/// Builds and stores the manifest of the space rooted at `root` (the
+/// folder holding `.ai/`), storing every blob and `item_source` in `cas`.
+pub async fn build<S: Storage>(
+    cas: &Cas<S>,
+    root: &Path,
+    space: SpaceKind,
+    policy: &Policy,
+) -> Result<Built, SyncError> {
+    let mut found = Found::default();
+    for (folder, _) in ITEM_FOLDERS {
+        if policy.skip_dirs.contains(folder) {
+            continue;
+        }
+        let rel = format!(".ai/{folder}");
+        walk(&root.join(&rel), &rel, policy, &mut found)?;
+    }
+    let mut items = BTreeMap::new();
+    for (rel, path) in std::mem::take(&mut found.files) {
+        let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
+        let source = item_source(&rel, &bytes)
+            .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
+        cas.put_blob(&bytes).await?;
+        items.insert(rel, Value::from(cas.put_object(&source).await?.hex()));
+    }
+    let mut files = BTreeMap::new();
+    if space == SpaceKind::Project {
+        walk_files(root, "", policy, &mut found)?;
+        for (rel, path) in std::mem::take(&mut found.files) {
+            let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
+            files.insert(rel, Value::from(cas.put_blob(&bytes).await?.hex()));
+        }
+    }
+    let mut fields = Map::new();
+    fields.insert("space".into(), json!(space.name()));
+    fields.insert("items".into(), Value::Object(items.into_iter().collect()));
+    fields.insert("files".into(), Value::Object(files.into_iter().collect()));
+    let manifest = object("source_manifest", fields);
+    let hash = cas.put_object(&manifest).await?;
+    Ok(Built {
+        hash,
+        manifest,
+        skipped: found.skipped,
+    })
+}
+
+#[derive(Default)]
+struct Found {
+    /// Relative path to the file's path.
+    files: BTreeMap<String, std::path::PathBuf>,
+    skipped: Vec<(String, &'static str)>,
+}
+
+/// Every plain file under `dir` (at `rel` from the root) that the policy
+/// takes.
+fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(), SyncError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(SyncError::io(dir, e)),
+    };
+    let mut listed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| SyncError::io(dir, e))?;
+        listed.push(entry);
+    }
+    listed.sort_by_key(|e| e.file_name());
+    for entry in listed {
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            found.skipped.push((
+                format!("{rel}/{}", entry.file_name().to_string_lossy()),
+                "its name is not UTF-8",
+            ));
+            continue;
+        };
+        let child = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let kind = entry.file_type().map_err(|e| SyncError::io(&path, e))?;
+        if kind.is_symlink() {
+            found.skipped.push((child, "a symbolic link"));
+        } else if kind.is_dir() {
+            walk(&path, &child, policy, found)?;
+        } else if !kind.is_file() {
+            found.skipped.push((child, "not a plain file"));
+        } else if policy.excluded_name(&name) {
+            found.skipped.push((child, "excluded by the policy"));
+        } else {
+            found.files.insert(child, path);
+        }
+    }
+    Ok(())
+}
+
+/// The project files outside `.ai/` the policy carries.
+fn walk_files(root: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(), SyncError> {
+    if !policy.include.iter().any(|p| !p.starts_with(".ai/")) {
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(root.join(rel)) {
+        Ok(entries) => entries,
+        Err(e) => return Err(SyncError::io(&root.join(rel), e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| SyncError::io(&root.join(rel), e))?;
+        names.push(entry);
+    }
+    names.sort_by_key(|e| e.file_name());
+    for entry in names {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let child = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let kind = entry
+            .file_type()
+            .map_err(|e| SyncError::io(&entry.path(), e))?;
+        if kind.is_dir() && !kind.is_symlink() {
+            let folder = format!("{child}/");
+            if folder == ".ai/"
+                || policy.excludes_path(&folder)
+                || !policy.may_include_under(&folder)
+            {
+                continue;
+            }
+            walk_files(root, &child, policy, found)?;
+        } else if kind.is_symlink() {
+            if policy.includes_file(&child) {
+                found.skipped.push((child, "a symbolic link"));
+            }
+        } else if kind.is_file() && policy.includes_file(&child) {
+            if policy.excluded_name(&name) {
+                found.skipped.push((child, "excluded by the policy"));
+            } else {
+                found.files.insert(child, entry.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The item a path under an item folder names: `.ai/tools/demo/wc.py` is
+/// `tool:demo/wc` (the last extension dropped).
+pub fn item_ref(rel: &str) -> Option<(ItemKind, String)> {
+    let rest = rel.strip_prefix(".ai/")?;
+    let (folder, path) = rest.split_once('/')?;
+    let (_, kind) = ITEM_FOLDERS.iter().find(|(f, _)| *f == folder)?;
+    let (dir, file) = match path.rsplit_once('/') {
+        Some((dir, file)) => (Some(dir), file),
+        None => (None, path),
+    };
+    let stem = match file.rfind('.') {
+        Some(dot) if dot > 0 => &file[..dot],
+        _ => file,
+    };
+    let id = match dir {
+        Some(dir) => format!("{dir}/{stem}"),
+        None => stem.to_owned(),
+    };
+    Some((*kind, id))
+}
+
+/// The `item_source` object of the file at `rel` holding `bytes`: its
+/// ref, its content's blob hash, the hash of its bytes (`integrity`, the
+/// same, as the spec has it) and its signature line's fields (`null` when
+/// it has none or is no text).
+pub fn item_source(rel: &str, bytes: &[u8]) -> Option<Value> {
+    let (kind, id) = item_ref(rel)?;
+    let hash = ContentHash::of(bytes).hex();
+    let file_name = rel.rsplit('/').next().unwrap_or(rel);
+    let signature = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| {
+            let format = rye_integrity::format_for(kind, file_name, &[]).ok()?;
+            rye_integrity::find_signature(text, &format).ok().flatten()
+        })
+        .map(|located| {
+            let s = located.signature;
+            let mut info = json!({
+                "timestamp": s.timestamp,
+                "hash": s.hash,
+                "ed25519_sig": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s.signature),
+                "pubkey_fp": s.fingerprint,
+            });
+            if let Some((provider, user)) = s.provenance {
+                info["registry_provider"] = json!(provider);
+                info["registry_username"] = json!(user);
+            }
+            info
+        });
+    let mut fields = Map::new();
+    fields.insert("item_ref".into(), json!(format!("{kind}:{id}")));
+    fields.insert("content_blob_hash".into(), json!(hash));
+    fields.insert("integrity".into(), json!(hash));
+    fields.insert("signature_info".into(), signature.unwrap_or(Value::Null));
+    Some(object("item_source", fields))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+//! Manifests of real folders, stored in a real store.
+
+use super::*;
+use rye_cas::LocalStorage;
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn policy(project: &Path) -> Policy {
+    Policy::load(&[&project.join(".ai")]).unwrap()
+}
+
+#[tokio::test]
+async fn items_and_files_are_named_by_hash_and_stored() {
+    let project = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let cas = Cas::new(LocalStorage::new(store.path()));
+    let p = project.path();
+    let key = rye_integrity::Keypair::generate().unwrap();
+    let signed = rye_integrity::sign_text(
+        "version: \"1.0.0\"\ntool_type: script\n",
+        &rye_integrity::format_for(ItemKind::Tool, "wc.yaml", &[]).unwrap(),
+        &key,
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    write(p, ".ai/tools/demo/wc.yaml", &signed);
+    write(p, ".ai/knowledge/notes/a.b.md", "plain\n");
+    write(
+        p,
+        ".ai/config/cas/manifest.yaml",
+        "sync:\n  include: [docs/]\n",
+    );
+    write(p, ".ai/state/objects/x", "never");
+    write(p, ".ai/tools/.env", "SECRET=1");
+    write(p, ".ai/tools/private_key.pem", "key");
+    write(p, ".ai/other/x.md", "not an item folder");
+    write(p, "docs/guide.txt", "guide\n");
+    write(p, "docs/node_modules/x.txt", "no");
+    write(p, "src/main.rs", "not included");
+    std::os::unix::fs::symlink("/etc/passwd", p.join(".ai/tools/passwd.yaml")).unwrap();
+    std::os::unix::fs::symlink(p.join(".ai/tools/demo"), p.join(".ai/tools/loop")).unwrap();
+
+    let built = build(&cas, p, SpaceKind::Project, &policy(p))
+        .await
+        .unwrap();
+    let manifest = &built.manifest;
+    assert_eq!(manifest["kind"], "source_manifest");
+    assert_eq!(manifest["space"], "project");
+    let items: Vec<&String> = manifest["items"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        items,
+        [
+            ".ai/config/cas/manifest.yaml",
+            ".ai/knowledge/notes/a.b.md",
+            ".ai/tools/demo/wc.yaml"
+        ]
+    );
+    let files: Vec<&String> = manifest["files"].as_object().unwrap().keys().collect();
+    assert_eq!(files, ["docs/guide.txt"]);
+    let skipped: Vec<(&str, &str)> = built
+        .skipped
+        .iter()
+        .map(|(p, w)| (p.as_str(), *w))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (".ai/tools/.env", "excluded by the policy"),
+            (".ai/tools/loop", "a symbolic link"),
+            (".ai/tools/passwd.yaml", "a symbolic link"),
+            (".ai/tools/private_key.pem", "excluded by the policy"),
+        ]
+    );
+
+    // The manifest and everything it names are in the store.
+    assert_eq!(
+        cas.get_object(&built.hash).await.unwrap().as_ref(),
+        Some(manifest)
+    );
+    let source_hash: ContentHash = manifest["items"][".ai/tools/demo/wc.yaml"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let source = cas.get_object(&source_hash).await.unwrap().unwrap();
+    assert_eq!(source["item_ref"], "tool:demo/wc");
+    assert_eq!(
+        source["integrity"],
+        ContentHash::of(signed.as_bytes()).hex()
+    );
+    assert_eq!(source["integrity"], source["content_blob_hash"]);
+    assert_eq!(
+        source["signature_info"]["pubkey_fp"],
+        key.public().fingerprint()
+    );
+    let blob: ContentHash = source["content_blob_hash"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        cas.get_blob(&blob).await.unwrap().unwrap(),
+        signed.as_bytes()
+    );
+    let note_hash: ContentHash = manifest["items"][".ai/knowledge/notes/a.b.md"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let note = cas.get_object(&note_hash).await.unwrap().unwrap();
+    assert_eq!(note["item_ref"], "knowledge:notes/a.b");
+    assert_eq!(note["signature_info"], Value::Null);
+
+    // The same content, the same manifest; a change, another.
+    let again = build(&cas, p, SpaceKind::Project, &policy(p))
+        .await
+        .unwrap();
+    assert_eq!(again.hash, built.hash);
+    write(p, "docs/guide.txt", "guide, changed\n");
+    let changed = build(&cas, p, SpaceKind::Project, &policy(p))
+        .await
+        .unwrap();
+    assert_ne!(changed.hash, built.hash);
+    assert_eq!(changed.manifest["items"], manifest["items"]);
+    // A user space carries no files.
+    let user = build(&cas, p, SpaceKind::User, &policy(p)).await.unwrap();
+    assert_eq!(user.manifest["files"], json!({}));
+    assert_eq!(user.manifest["space"], "user");
+}
+
+#[test]
+fn item_refs_drop_the_last_extension() {
+    assert_eq!(
+        item_ref(".ai/tools/demo/wc.py"),
+        Some((ItemKind::Tool, "demo/wc".into()))
+    );
+    assert_eq!(
+        item_ref(".ai/directives/x.md"),
+        Some((ItemKind::Directive, "x".into()))
+    );
+    assert_eq!(
+        item_ref(".ai/knowledge/a/b.tar.gz"),
+        Some((ItemKind::Knowledge, "a/b.tar".into()))
+    );
+    assert_eq!(
+        item_ref(".ai/tools/.hidden"),
+        Some((ItemKind::Tool, ".hidden".into()))
+    );
+    assert_eq!(item_ref(".ai/state/x.json"), None);
+    assert_eq!(item_ref("tools/x.py"), None);
+}
