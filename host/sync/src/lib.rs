@@ -1,7 +1,8 @@
 //! Moving a project between a machine and a node: the policy of what a
 //! space carries, the manifests that name its content by hash, the object
-//! exchange that moves what the other side lacks, and the three-way merge
-//! that folds two lines of change back into one.
+//! exchange that moves what the other side lacks, the snapshots of a
+//! project's history, and the three-way merge that folds two lines of
+//! change back into one.
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ pub mod materialize;
 pub mod merge;
 pub mod objects;
 pub mod policy;
+pub mod snapshot;
 
 /// Why a manifest could not be built.
 #[derive(Debug, thiserror::Error)]
