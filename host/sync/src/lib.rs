@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+pub mod auth;
 pub mod manifest;
 pub mod materialize;
 pub mod merge;
