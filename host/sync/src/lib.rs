@@ -7,6 +7,7 @@
 use std::path::Path;
 
 pub mod auth;
+pub mod foldback;
 pub mod manifest;
 pub mod materialize;
 pub mod merge;
