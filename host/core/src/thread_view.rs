@@ -111,9 +111,7 @@ impl crate::Rye {
             events,
         })
     }
-}
 
-impl crate::Rye {
     /// The execution that goes on with the graph run thread `id` walked
     /// (or went on with): its graph with `resume` and the run's id, and
     /// `inputs` for a run that waits for them.

@@ -444,6 +444,9 @@ impl ToolRun<'_> {
     }
 }
 
+/// How long a run's journal gathers events before it writes them.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// A run's events on their way to its thread's log, written by a task
 /// of their own so that a step never waits for the database (a step
 /// that did cost 150 µs more). What comes within [`GATHER`] of the first
@@ -451,9 +454,6 @@ impl ToolRun<'_> {
 /// second rather than once a step, leaving the database to its actions'
 /// own records. A log that cannot take them is warned of, not a reason to
 /// stop: the checkpoints keep the run.
-/// How long a run's journal gathers events before it writes them.
-const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
-
 struct Journal {
     send: tokio::sync::mpsc::UnboundedSender<Vec<(String, Value)>>,
     task: tokio::task::JoinHandle<()>,
@@ -756,13 +756,7 @@ async fn cached(
     cache: &cache::NodeCache,
     action: &WalkAction,
 ) -> Result<Cached, Value> {
-    let kind: ItemKind = action.kind.parse().map_err(|_| {
-        ErrorReply::new(format!(
-            "node {:?} asks for kind {:?}: directive, tool or knowledge",
-            action.node, action.kind
-        ))
-        .to_value()
-    })?;
+    let kind = kind_of(action)?;
     let check = ExecuteRequest {
         parameters: action.params.clone(),
         project: door.project.clone(),
@@ -806,19 +800,25 @@ fn failed(result: &Value) -> bool {
         || result.get("data").and_then(|d| d.get("success")) == Some(&Value::Bool(false))
 }
 
+/// The kind of item an action names, or the error result saying it names
+/// none.
+fn kind_of(action: &WalkAction) -> Result<ItemKind, Value> {
+    action.kind.parse().map_err(|_| {
+        ErrorReply::new(format!(
+            "node {:?} asks for kind {:?}: directive, tool or knowledge",
+            action.node, action.kind
+        ))
+        .to_value()
+    })
+}
+
 /// One attempt of an allowed action.
 fn perform(door: Arc<Door>, action: WalkAction) -> Acting {
     Box::pin(async move {
         let (rye, project) = (door.rye.clone(), door.project.clone());
-        let kind: ItemKind = match action.kind.parse() {
+        let kind = match kind_of(&action) {
             Ok(kind) => kind,
-            Err(_) => {
-                return ErrorReply::new(format!(
-                    "node {:?} asks for kind {:?}: directive, tool or knowledge",
-                    action.node, action.kind
-                ))
-                .to_value();
-            }
+            Err(refused) => return refused,
         };
         match action.primary.as_str() {
             "execute" => {
