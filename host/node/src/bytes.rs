@@ -1,0 +1,132 @@
+//! The node's immutable bytes in an object store (`object_store`: local
+//! files here, any S3 API with its `aws` feature), as the store of blobs
+//! and objects `rye-cas` reads and writes.
+//!
+//! Every key is written once, with the bytes its hash names, so nothing
+//! here needs a conditional write: a store that overwrites a key writes
+//! the same bytes again, and every read is checked against its hash by
+//! `rye-cas`. Whether an object exists is the database's to answer; the
+//! store is asked only for the bytes.
+
+use std::io;
+use std::sync::Arc;
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
+
+/// An object store as a `rye-cas` storage.
+#[derive(Debug, Clone)]
+pub struct ObjectBytes {
+    store: Arc<dyn ObjectStore>,
+}
+
+impl ObjectBytes {
+    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+        Self { store }
+    }
+
+    /// Local files under `root` (made if missing).
+    pub fn local(root: &std::path::Path) -> io::Result<Self> {
+        std::fs::create_dir_all(root)?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(root)
+            .map_err(io::Error::other)?;
+        Ok(Self::new(Arc::new(store)))
+    }
+}
+
+fn location(key: &str) -> io::Result<Path> {
+    Path::parse(key).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+impl rye_cas::Storage for ObjectBytes {
+    async fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        match self.store.get(&location(key)?).await {
+            Ok(found) => Ok(Some(
+                found.bytes().await.map_err(io::Error::other)?.to_vec(),
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(io::Error::other(e)),
+        }
+    }
+
+    async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        self.store
+            .put(&location(key)?, PutPayload::from(bytes.to_vec()))
+            .await
+            .map(|_| ())
+            .map_err(io::Error::other)
+    }
+
+    async fn exists(&self, key: &str) -> io::Result<bool> {
+        match self.store.head(&location(key)?).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(io::Error::other(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> io::Result<()> {
+        match self.store.delete(&location(key)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(io::Error::other(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rye_cas::Cas;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn blobs_and_objects_round_trip_and_a_damaged_one_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let cas = Cas::new(ObjectBytes::local(dir.path()).unwrap());
+        let blob = cas.put_blob(b"hello\n").await.unwrap();
+        assert_eq!(cas.get_blob(&blob).await.unwrap().unwrap(), b"hello\n");
+        let mut fields = serde_json::Map::new();
+        fields.insert("n".into(), json!(1));
+        let object = cas
+            .put_object(&rye_cas::object("note", fields))
+            .await
+            .unwrap();
+        assert_eq!(cas.get_object(&object).await.unwrap().unwrap()["n"], 1);
+        assert_eq!(cas.has(&blob).await.unwrap(), Some(rye_cas::Class::Blob));
+        let absent = rye_cas::ContentHash::of(b"absent");
+        assert_eq!(cas.get_blob(&absent).await.unwrap(), None);
+        assert_eq!(cas.has(&absent).await.unwrap(), None);
+
+        // Bytes changed in the store behind the node's back.
+        let file = dir.path().join(rye_cas::Class::Blob.key(&blob));
+        std::fs::write(&file, b"tampered").unwrap();
+        assert!(cas.get_blob(&blob).await.is_err());
+        cas.delete(rye_cas::Class::Blob, &blob).await.unwrap();
+        cas.delete(rye_cas::Class::Blob, &blob).await.unwrap();
+        assert_eq!(cas.get_blob(&blob).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn the_sync_exchange_runs_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cas = Cas::new(ObjectBytes::local(dir.path()).unwrap());
+        let hash = rye_cas::ContentHash::of(b"x");
+        let data = base64_of(b"x");
+        let stored = rye_sync::objects::put(
+            &cas,
+            &json!({"entries": [{"hash": hash.hex(), "kind": "blob", "data": data}]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(stored["stored"][0], hash.hex());
+        let got = rye_sync::objects::get(&cas, &json!({"hashes": [hash.hex()]}))
+            .await
+            .unwrap();
+        assert_eq!(got["entries"][0]["data"], data);
+    }
+
+    fn base64_of(bytes: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+}
