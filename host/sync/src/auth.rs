@@ -99,20 +99,25 @@ fn decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The path as signed: with its query's parameters sorted and encoded
-/// one way, so client and node agree however the query was spelled.
-pub fn target(path: &str, query: Option<&str>) -> String {
-    let Some(query) = query.filter(|q| !q.is_empty()) else {
-        return path.to_owned();
-    };
-    let mut pairs: Vec<(String, String)> = query
+/// The parameters of a URL query, decoded, in their order.
+pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| match pair.split_once('=') {
             Some((k, v)) => (decode(k), decode(v)),
             None => (decode(pair), String::new()),
         })
-        .collect();
+        .collect()
+}
+
+/// The path as signed: with its query's parameters sorted and encoded
+/// one way, so client and node agree however the query was spelled.
+pub fn target(path: &str, query: Option<&str>) -> String {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return path.to_owned();
+    };
+    let mut pairs = query_pairs(query);
     pairs.sort();
     let encoded: Vec<String> = pairs
         .iter()

@@ -63,11 +63,26 @@ pub async fn build<S: Storage>(
     policy: &Policy,
 ) -> Result<Built, SyncError> {
     let mut found = Found::default();
+    // A space whose `.ai/`, or one of its item folders, is a link is not
+    // walked through the link: what it points at is not the space's.
+    let linked = |rel: &str| {
+        std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.file_type().is_symlink())
+    };
+    if linked(".ai") {
+        found.skipped.push((".ai".into(), "a symbolic link"));
+    }
     for (folder, _) in ITEM_FOLDERS {
         if policy.skip_dirs.contains(folder) {
             continue;
         }
         let rel = format!(".ai/{folder}");
+        if linked(".ai") {
+            break;
+        }
+        if linked(&rel) {
+            found.skipped.push((rel, "a symbolic link"));
+            continue;
+        }
         walk(&root.join(&rel), &rel, policy, &mut found)?;
     }
     let mut items = BTreeMap::new();

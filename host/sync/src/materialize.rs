@@ -109,6 +109,42 @@ pub async fn materialize<S: Storage>(
     Ok(files.len())
 }
 
+/// Writes `writes` and removes `removals` inside the folder `target`,
+/// every path checked first: nothing is touched unless all are safe, and
+/// no write or removal can reach outside the folder.
+pub fn apply(
+    target: &Path,
+    writes: &[(String, Vec<u8>)],
+    removals: &[String],
+) -> Result<(), SyncError> {
+    for path in writes.iter().map(|(p, _)| p).chain(removals) {
+        if let Some(why) = unsafe_path(path) {
+            return Err(SyncError::Manifest(format!(
+                "{path:?} is not written: {why}"
+            )));
+        }
+    }
+    let dir =
+        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
+    let failed = |path: &str, e: std::io::Error| {
+        SyncError::Manifest(format!(
+            "{path} could not be changed inside {}: {e}",
+            target.display()
+        ))
+    };
+    for (path, bytes) in writes {
+        write_within(&dir, path, bytes).map_err(|e| failed(path, e))?;
+    }
+    for path in removals {
+        match dir.remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(path, e)),
+        }
+    }
+    Ok(())
+}
+
 fn write_within(dir: &Dir, path: &str, bytes: &[u8]) -> std::io::Result<()> {
     let (parent, name) = match path.rsplit_once('/') {
         Some((parent, name)) => (Some(parent), name),

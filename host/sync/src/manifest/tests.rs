@@ -153,3 +153,49 @@ fn item_refs_drop_the_last_extension() {
     assert_eq!(item_ref(".ai/state/x.json"), None);
     assert_eq!(item_ref("tools/x.py"), None);
 }
+
+#[tokio::test]
+async fn a_space_or_item_folder_that_is_a_link_is_not_walked() {
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.md", "not the space's\n");
+    write(outside.path(), "knowledge/secret.md", "not the space's\n");
+    let store = tempfile::tempdir().unwrap();
+    let cas = Cas::new(LocalStorage::new(store.path()));
+
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path();
+    write(p, ".ai/tools/demo/a.yaml", "a: 1\n");
+    std::os::unix::fs::symlink(outside.path(), p.join(".ai/knowledge")).unwrap();
+    let built = build(
+        &cas,
+        p,
+        SpaceKind::Project,
+        &Policy::from_value(&crate::policy::core_defaults()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let items: Vec<&String> = built.manifest["items"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(items, [".ai/tools/demo/a.yaml"]);
+    assert!(
+        built
+            .skipped
+            .contains(&(".ai/knowledge".into(), "a symbolic link"))
+    );
+
+    let linked = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), linked.path().join(".ai")).unwrap();
+    let built = build(
+        &cas,
+        linked.path(),
+        SpaceKind::Project,
+        &Policy::from_value(&crate::policy::core_defaults()).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(built.manifest["items"], serde_json::json!({}));
+    assert!(built.skipped.contains(&(".ai".into(), "a symbolic link")));
+}
