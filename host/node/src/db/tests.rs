@@ -29,6 +29,8 @@ async fn held_objects_are_answered_in_one_query_per_principal() {
         hash: hash.into(),
         kind: "blob",
         size,
+        object_kind: None,
+        content_blob: None,
     };
     db.hold("alice", &[held("aa", 10), held("bb", 20)], 1)
         .await

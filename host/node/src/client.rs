@@ -1,0 +1,882 @@
+//! The client side: which nodes a project knows (`remotes.yaml`), the
+//! node's key pinned on first use, and pushing, running, listing and
+//! pulling over signed requests.
+//!
+//! A node's key is pinned in the user space's
+//! `.ai/state/remotes/known_nodes.json` (name and address to
+//! fingerprint), not among the keys trusted to sign items: a node proves
+//! who answers, it does not vouch for items. A changed key is a hard
+//! error naming the file to edit.
+//!
+//! A push sends only what the node lacks. The client keeps, per remote,
+//! the snapshot the node last acknowledged and the manifests it named
+//! (`.ai/objects/refs/remotes/<remote>.json`); a push asks `has` only
+//! about what differs from those, so an unchanged project is one request,
+//! and a project with a few changed items three (`has`, `put`, `push`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use rye_cas::{Cas, ContentHash, LocalStorage};
+use rye_integrity::Keypair;
+use rye_sync::auth;
+use rye_sync::manifest::{self, SpaceKind};
+use rye_sync::merge::{Tree, three_way};
+use rye_sync::policy::{Policy, merge_into};
+use serde_json::{Value, json};
+
+use crate::keys;
+
+/// The remotes file, relative to a space's `.ai/`.
+pub const REMOTES_FILE: &str = "config/remotes/remotes.yaml";
+/// The pins of node keys, relative to the user space's `.ai/`.
+pub const KNOWN_NODES: &str = "state/remotes/known_nodes.json";
+
+/// Why a remote call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "the node {name} at {url} now shows key fp:{actual}, not the pinned fp:{pinned}: if the node's key was changed on purpose, remove its entry from {file} and connect again"
+    )]
+    KeyChanged {
+        name: String,
+        url: String,
+        pinned: String,
+        actual: String,
+        file: String,
+    },
+    #[error("{url}: {message}")]
+    Transport { url: String, message: String },
+    /// The node answered with an error status.
+    #[error("the node answered {status}: {}", body.get("error").and_then(Value::as_str).map_or_else(|| body.to_string(), str::to_owned))]
+    Node { status: u16, body: Value },
+    #[error("{0}")]
+    Local(String),
+}
+
+fn local(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Local(e.to_string())
+}
+
+/// One configured remote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remote {
+    pub name: String,
+    pub url: String,
+    /// The node's fingerprint as configured (`fp:…`), if it is.
+    pub node_id: Option<String>,
+    pub timeout: Duration,
+}
+
+/// The remotes of the spaces whose `.ai/` folders are `spaces` (widest
+/// first), merged as policies are (maps recurse, lists union, values
+/// replace), and the project's path on nodes (`project_path`, else the
+/// project folder's name).
+pub fn remotes(spaces: &[&Path], project: &Path) -> Result<(Vec<Remote>, String), ClientError> {
+    let mut merged = json!({});
+    for space in spaces {
+        let path = space.join(REMOTES_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(ClientError::Config(format!("{}: {e}", path.display()))),
+        };
+        let value: Value = serde_yaml_ng::from_str(&text)
+            .map_err(|e| ClientError::Config(format!("{}: {e}", path.display())))?;
+        match value {
+            Value::Null => {}
+            value @ Value::Object(_) => merge_into(&mut merged, value),
+            _ => {
+                return Err(ClientError::Config(format!(
+                    "{}: not a map of settings",
+                    path.display()
+                )));
+            }
+        }
+    }
+    let default_timeout = merged.pointer("/defaults/timeout").cloned();
+    let mut out = Vec::new();
+    if let Some(map) = merged.get("remotes") {
+        let map = map
+            .as_object()
+            .ok_or_else(|| ClientError::Config(format!("{REMOTES_FILE}: remotes is not a map")))?;
+        for (name, entry) in map {
+            let bad =
+                |what: &str| ClientError::Config(format!("{REMOTES_FILE}: remote {name}: {what}"));
+            let url = entry
+                .get("url")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("no url"))?
+                .trim_end_matches('/')
+                .to_owned();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad("the url is not http:// or https://"));
+            }
+            let timeout = entry
+                .get("timeout")
+                .or(default_timeout.as_ref())
+                .ok_or_else(|| bad("no timeout, and no defaults.timeout"))?;
+            let timeout = timeout
+                .as_f64()
+                .filter(|t| *t > 0.0 && t.is_finite())
+                .ok_or_else(|| bad("the timeout is not a positive number of seconds"))?;
+            let node_id = match entry.get("node_id") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(id)) if id.starts_with("fp:") => Some(id.clone()),
+                Some(_) => return Err(bad("node_id is not fp:<fingerprint>")),
+            };
+            out.push(Remote {
+                name: name.clone(),
+                url,
+                node_id,
+                timeout: Duration::from_secs_f64(timeout),
+            });
+        }
+    }
+    let project_path = match merged.get("project_path") {
+        Some(Value::String(path)) if !path.is_empty() => path.clone(),
+        Some(_) => {
+            return Err(ClientError::Config(format!(
+                "{REMOTES_FILE}: project_path is not text"
+            )));
+        }
+        None => std::fs::canonicalize(project)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "project".to_owned()),
+    };
+    Ok((out, project_path))
+}
+
+/// The remote named `name` (or `default`, else the only one).
+pub fn pick<'a>(remotes: &'a [Remote], name: Option<&str>) -> Result<&'a Remote, ClientError> {
+    let found = match name {
+        Some(name) => remotes.iter().find(|r| r.name == name),
+        None => remotes
+            .iter()
+            .find(|r| r.name == "default")
+            .or_else(|| (remotes.len() == 1).then(|| &remotes[0])),
+    };
+    found.ok_or_else(|| {
+        let names: Vec<&str> = remotes.iter().map(|r| r.name.as_str()).collect();
+        ClientError::Config(format!(
+            "no remote {} in {REMOTES_FILE}; there {}",
+            name.unwrap_or("default"),
+            if names.is_empty() {
+                "are none".to_owned()
+            } else {
+                format!("are: {}", names.join(", "))
+            }
+        ))
+    })
+}
+
+/// A connection to one node, its key pinned.
+pub struct Client {
+    http: reqwest::Client,
+    remote: Remote,
+    key: Keypair,
+    /// The node's fingerprint (without `fp:`).
+    node: String,
+    /// The node's limits: hashes per request and bytes per body.
+    max_batch: usize,
+    max_request_bytes: usize,
+    /// How many requests this client sent.
+    pub requests: std::sync::atomic::AtomicUsize,
+    /// The bytes of request bodies it sent.
+    pub sent_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// 32 random hex digits, a request's nonce.
+fn random_hex() -> String {
+    let mut bytes = [0u8; 16];
+    // Without randomness the time stands in: a nonce need only be unique.
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = nanos.to_le_bytes();
+    }
+    hex::encode(bytes)
+}
+
+/// The pinned fingerprints: `name url` to fingerprint.
+fn read_pins(file: &Path) -> Result<BTreeMap<String, String>, ClientError> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => serde_json::from_str(&text)
+            .map_err(|e| ClientError::Config(format!("{}: {e}", file.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(ClientError::Config(format!("{}: {e}", file.display()))),
+    }
+}
+
+fn write_json(file: &Path, value: &Value) -> Result<(), ClientError> {
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(local)?;
+    }
+    let temp = file.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&temp, serde_json::to_vec_pretty(value).map_err(local)?).map_err(local)?;
+    std::fs::rename(&temp, file).map_err(local)
+}
+
+impl Client {
+    /// Connects to `remote` signing with `key`: the node's identity is
+    /// fetched and checked, and pinned in `pins` (the known-nodes file)
+    /// on first use; a pinned key that changed is a hard error.
+    pub async fn connect(
+        remote: &Remote,
+        key: Keypair,
+        pins: &Path,
+    ) -> Result<Client, ClientError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(remote.timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ClientError::Transport {
+                url: remote.url.clone(),
+                message: e.to_string(),
+            })?;
+        let mut client = Client {
+            http,
+            remote: remote.clone(),
+            key,
+            node: String::new(),
+            max_batch: rye_sync::objects::MAX_BATCH,
+            max_request_bytes: 50 << 20,
+            requests: Default::default(),
+            sent_bytes: Default::default(),
+        };
+        let pin_key = format!("{} {}", remote.name, remote.url);
+        let mut known = read_pins(pins)?;
+        match known.get(&pin_key) {
+            Some(pinned) => client.node = pinned.clone(),
+            None => {
+                let identity = client.identity().await?;
+                if let Some(configured) = &remote.node_id
+                    && configured.trim_start_matches("fp:") != identity
+                {
+                    return Err(ClientError::KeyChanged {
+                        name: remote.name.clone(),
+                        url: remote.url.clone(),
+                        pinned: configured.trim_start_matches("fp:").to_owned(),
+                        actual: identity,
+                        file: format!("{REMOTES_FILE} (node_id)"),
+                    });
+                }
+                known.insert(pin_key, identity.clone());
+                write_json(pins, &json!(known))?;
+                client.node = identity;
+            }
+        }
+        Ok(client)
+    }
+
+    /// The node's key fingerprint, from its checked identity document.
+    async fn identity(&self) -> Result<String, ClientError> {
+        let (status, body) = self.send("GET", "/public-key", None, None, false).await?;
+        if status != 200 {
+            return Err(ClientError::Node { status, body });
+        }
+        let key = keys::check_public_key_document(&body).map_err(|e| ClientError::Transport {
+            url: self.remote.url.clone(),
+            message: e,
+        })?;
+        Ok(key.fingerprint().to_owned())
+    }
+
+    /// The node's fingerprint this client signs for.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        body: Option<&Value>,
+        signed: bool,
+    ) -> Result<(u16, Value), ClientError> {
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let url = match query {
+            Some(q) => format!("{}{path}?{q}", self.remote.url),
+            None => format!("{}{path}", self.remote.url),
+        };
+        let method_value = reqwest::Method::from_bytes(method.as_bytes()).map_err(local)?;
+        let mut request = self.http.request(method_value, &url);
+        if signed {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let signing = auth::Request {
+                method,
+                path,
+                query,
+                body: &bytes,
+            };
+            for (name, value) in auth::sign(&self.key, &signing, &self.node, now, &random_hex()) {
+                request = request.header(name, value);
+            }
+        }
+        if body.is_some() {
+            request = request
+                .header("content-type", "application/json")
+                .body(bytes.clone());
+        }
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.sent_bytes
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            url: url.clone(),
+            message: e.to_string(),
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let text = response.bytes().await.map_err(transport)?;
+        let value = serde_json::from_slice(&text)
+            .unwrap_or_else(|_| json!({"error": String::from_utf8_lossy(&text).into_owned()}));
+        Ok((status, value))
+    }
+
+    /// A signed call; an error status is an error, and a refusal of the
+    /// signature checks whether the node's key changed.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let (status, value) = self.send(method, path, query, body, true).await?;
+        if status == 401 {
+            let actual = self.identity().await?;
+            if actual != self.node {
+                return Err(ClientError::KeyChanged {
+                    name: self.remote.name.clone(),
+                    url: self.remote.url.clone(),
+                    pinned: self.node.clone(),
+                    actual,
+                    file: KNOWN_NODES.to_owned(),
+                });
+            }
+        }
+        if (200..300).contains(&status) {
+            Ok(value)
+        } else {
+            Err(ClientError::Node {
+                status,
+                body: value,
+            })
+        }
+    }
+}
+
+/// What a client remembers of a remote: the snapshot the node last
+/// acknowledged and the manifests it named.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ref {
+    pub snapshot: Option<String>,
+    pub project_manifest: Option<String>,
+    pub user_manifest: Option<String>,
+    pub user_revision: Option<i64>,
+}
+
+fn ref_file(project: &Path, remote: &str) -> PathBuf {
+    project
+        .join(".ai/objects/refs/remotes")
+        .join(format!("{remote}.json"))
+}
+
+impl Ref {
+    pub fn read(project: &Path, remote: &str) -> Result<Ref, ClientError> {
+        let file = ref_file(project, remote);
+        let value: Value = match std::fs::read_to_string(&file) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ClientError::Local(format!("{}: {e}", file.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Ref::default()),
+            Err(e) => return Err(ClientError::Local(format!("{}: {e}", file.display()))),
+        };
+        let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
+        Ok(Ref {
+            snapshot: text("snapshot_hash"),
+            project_manifest: text("project_manifest_hash"),
+            user_manifest: text("user_manifest_hash"),
+            user_revision: value.get("user_revision").and_then(Value::as_i64),
+        })
+    }
+
+    pub fn write(&self, project: &Path, remote: &str) -> Result<(), ClientError> {
+        write_json(
+            &ref_file(project, remote),
+            &json!({
+                "snapshot_hash": self.snapshot,
+                "project_manifest_hash": self.project_manifest,
+                "user_manifest_hash": self.user_manifest,
+                "user_revision": self.user_revision,
+            }),
+        )
+    }
+}
+
+/// The project's own store of objects.
+pub fn local_cas(project: &Path) -> Cas<LocalStorage> {
+    Cas::new(LocalStorage::new(project.join(".ai/state/objects")))
+}
+
+/// What a push did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pushed {
+    pub snapshot: String,
+    pub project_manifest: String,
+    pub user_manifest: Option<String>,
+    /// Nothing changed since the last push: the node only confirmed it.
+    pub unchanged: bool,
+    /// Hashes asked about and objects sent.
+    pub asked: usize,
+    pub sent: usize,
+    pub skipped: Vec<(String, &'static str)>,
+}
+
+/// The hashes of `manifest` (a stored manifest object) and of what it
+/// names that `known` (the manifest the node acknowledged) does not.
+async fn new_hashes(
+    cas: &Cas<LocalStorage>,
+    manifest: &ContentHash,
+    known: Option<&str>,
+    out: &mut BTreeSet<String>,
+) -> Result<(), ClientError> {
+    if known == Some(manifest.hex().as_str()) {
+        return Ok(());
+    }
+    let read = |hash: ContentHash| async move {
+        cas.get_object(&hash)
+            .await
+            .map_err(local)?
+            .ok_or_else(|| ClientError::Local(format!("object {} is missing", hash.hex())))
+    };
+    let new = Tree::of_manifest(&read(*manifest).await?);
+    let old = match known.and_then(|k| k.parse::<ContentHash>().ok()) {
+        Some(hash) => match cas.get_object(&hash).await.map_err(local)? {
+            Some(value) => Tree::of_manifest(&value),
+            None => Tree::default(),
+        },
+        None => Tree::default(),
+    };
+    out.insert(manifest.hex());
+    let known_items: BTreeSet<&String> = old.items.values().collect();
+    let known_files: BTreeSet<&String> = old.files.values().collect();
+    for hash in new.items.values() {
+        if known_items.contains(hash) {
+            continue;
+        }
+        let parsed: ContentHash = hash.parse().map_err(local)?;
+        let source = read(parsed).await?;
+        out.insert(hash.clone());
+        if let Some(blob) = source.get("content_blob_hash").and_then(Value::as_str) {
+            out.insert(blob.to_owned());
+        }
+    }
+    for hash in new.files.values() {
+        if !known_files.contains(hash) {
+            out.insert(hash.clone());
+        }
+    }
+    Ok(())
+}
+
+impl Client {
+    /// Sends the hashes `wanted` the node lacks: `has` then `put`, each
+    /// split to the node's limits. How many were asked about and sent.
+    async fn send_missing(
+        &self,
+        cas: &Cas<LocalStorage>,
+        wanted: &BTreeSet<String>,
+    ) -> Result<usize, ClientError> {
+        let wanted: Vec<&String> = wanted.iter().collect();
+        let mut missing = Vec::new();
+        for batch in wanted.chunks(self.max_batch.max(1)) {
+            let answer = self
+                .call(
+                    "POST",
+                    "/objects/has",
+                    None,
+                    Some(&json!({"hashes": batch})),
+                )
+                .await?;
+            for hash in answer
+                .get("missing")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(hash) = hash.as_str() {
+                    missing.push(hash.to_owned());
+                }
+            }
+        }
+        let mut entries = Vec::new();
+        let mut size = 0usize;
+        let budget = self.max_request_bytes.saturating_sub(64 << 10).max(1 << 20);
+        let mut sent = 0;
+        for hash in &missing {
+            let parsed: ContentHash = hash.parse().map_err(local)?;
+            let (kind, bytes) = match cas.get_blob(&parsed).await.map_err(local)? {
+                Some(bytes) => ("blob", bytes),
+                None => match cas.get_object(&parsed).await.map_err(local)? {
+                    Some(value) => ("object", rye_cas::canonical::to_vec(&value)),
+                    None => {
+                        return Err(ClientError::Local(format!(
+                            "the node lacks {hash}, which is not in the project's store either"
+                        )));
+                    }
+                },
+            };
+            let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let cost = data.len() + 120;
+            if !entries.is_empty() && (size + cost > budget || entries.len() >= self.max_batch) {
+                self.call(
+                    "POST",
+                    "/objects/put",
+                    None,
+                    Some(&json!({"entries": entries})),
+                )
+                .await?;
+                sent += entries.len();
+                entries.clear();
+                size = 0;
+            }
+            size += cost;
+            entries.push(json!({"hash": hash, "kind": kind, "data": data}));
+        }
+        if !entries.is_empty() {
+            self.call(
+                "POST",
+                "/objects/put",
+                None,
+                Some(&json!({"entries": entries})),
+            )
+            .await?;
+            sent += entries.len();
+        }
+        Ok(sent)
+    }
+
+    /// Pushes the project at `project` (and the user space at `user`)
+    /// under `project_path`, its manifests built with the policy of
+    /// `policy_spaces` (`.ai/` folders, widest first).
+    pub async fn push(
+        &self,
+        project: &Path,
+        user: Option<&Path>,
+        policy_spaces: &[&Path],
+        project_path: &str,
+    ) -> Result<Pushed, ClientError> {
+        let policy = Policy::load(policy_spaces).map_err(local)?;
+        let cas = local_cas(project);
+        let mut last = Ref::read(project, &self.remote.name)?;
+        let built = manifest::build(&cas, project, SpaceKind::Project, &policy)
+            .await
+            .map_err(local)?;
+        let mut skipped = built.skipped.clone();
+        let user_built = match user.filter(|u| u.join(".ai").is_dir()) {
+            Some(user) => Some(
+                manifest::build(&cas, user, SpaceKind::User, &policy)
+                    .await
+                    .map_err(local)?,
+            ),
+            None => None,
+        };
+        let mut wanted = BTreeSet::new();
+        new_hashes(
+            &cas,
+            &built.hash,
+            last.project_manifest.as_deref(),
+            &mut wanted,
+        )
+        .await?;
+        if let Some(u) = &user_built {
+            skipped.extend(u.skipped.iter().cloned());
+            new_hashes(&cas, &u.hash, last.user_manifest.as_deref(), &mut wanted).await?;
+        }
+        let asked = wanted.len();
+        let sent = if wanted.is_empty() {
+            0
+        } else {
+            self.send_missing(&cas, &wanted).await?
+        };
+        if let Some(u) = &user_built
+            && last.user_manifest.as_deref() != Some(u.hash.hex().as_str())
+        {
+            let body = |expected: Option<i64>| json!({"user_manifest_hash": u.hash.hex(), "expected_revision": expected});
+            let answer = match self
+                .call(
+                    "POST",
+                    "/push/user-space",
+                    None,
+                    Some(&body(last.user_revision)),
+                )
+                .await
+            {
+                Err(ClientError::Node { status: 409, .. }) => {
+                    // Another client pushed the user space: it is this
+                    // user's own, so the newest push wins.
+                    let now = self.call("GET", "/user-space", None, None).await.ok();
+                    let revision = now.as_ref().and_then(|n| n["revision"].as_i64());
+                    self.call("POST", "/push/user-space", None, Some(&body(revision)))
+                        .await?
+                }
+                other => other?,
+            };
+            last.user_manifest = Some(u.hash.hex());
+            last.user_revision = answer["revision"].as_i64();
+        }
+        let answer = self
+            .call(
+                "POST",
+                "/push",
+                None,
+                Some(&json!({
+                    "project_path": project_path,
+                    "project_manifest_hash": built.hash.hex(),
+                    "system_version": env!("CARGO_PKG_VERSION"),
+                    "expected_snapshot_hash": last.snapshot,
+                })),
+            )
+            .await?;
+        let snapshot = answer["snapshot_hash"]
+            .as_str()
+            .ok_or_else(|| {
+                ClientError::Local(format!("the node's push answer has no snapshot: {answer}"))
+            })?
+            .to_owned();
+        let unchanged = answer["unchanged"].as_bool().unwrap_or(false);
+        last.snapshot = Some(snapshot.clone());
+        last.project_manifest = Some(built.hash.hex());
+        last.write(project, &self.remote.name)?;
+        Ok(Pushed {
+            snapshot,
+            project_manifest: built.hash.hex(),
+            user_manifest: user_built.map(|u| u.hash.hex()),
+            unchanged,
+            asked,
+            sent,
+            skipped,
+        })
+    }
+
+    /// Runs `item_id` on the node in the project `project_path`.
+    pub async fn execute(
+        &self,
+        project_path: &str,
+        item_id: &str,
+        parameters: &Value,
+        run_async: bool,
+    ) -> Result<Value, ClientError> {
+        self.call(
+            "POST",
+            "/execute",
+            None,
+            Some(&json!({"item_id": item_id, "project_path": project_path,
+                         "parameters": parameters, "async": run_async})),
+        )
+        .await
+    }
+
+    /// Fetches from the node the objects of `hashes` the project's store
+    /// lacks.
+    async fn fetch(&self, cas: &Cas<LocalStorage>, hashes: &[String]) -> Result<(), ClientError> {
+        let mut lacking = Vec::new();
+        for hash in hashes {
+            let parsed: ContentHash = hash.parse().map_err(local)?;
+            if cas.has(&parsed).await.map_err(local)?.is_none() {
+                lacking.push(hash.clone());
+            }
+        }
+        for batch in lacking.chunks(self.max_batch.max(1)) {
+            let answer = self
+                .call(
+                    "POST",
+                    "/objects/get",
+                    None,
+                    Some(&json!({"hashes": batch})),
+                )
+                .await?;
+            for entry in answer["entries"].as_array().into_iter().flatten() {
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(entry["data"].as_str().unwrap_or_default())
+                    .map_err(local)?;
+                let stored = match entry["kind"].as_str() {
+                    Some("blob") => cas.put_blob(&data).await.map_err(local)?,
+                    Some("object") => {
+                        let value: Value = serde_json::from_slice(&data).map_err(local)?;
+                        cas.put_object(&value).await.map_err(local)?
+                    }
+                    _ => continue,
+                };
+                if entry["hash"].as_str() != Some(stored.hex().as_str()) {
+                    return Err(ClientError::Local(format!(
+                        "the node sent {} for {}",
+                        stored.hex(),
+                        entry["hash"]
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings the node's head of `project_path` into the project at
+    /// `project`: merged three ways against what was last pushed or
+    /// pulled, so local changes stay; conflicted paths are left as they
+    /// are locally and reported.
+    pub async fn pull(
+        &self,
+        project: &Path,
+        policy_spaces: &[&Path],
+        project_path: &str,
+    ) -> Result<Value, ClientError> {
+        let history = self
+            .call(
+                "GET",
+                "/history",
+                Some(&format!("limit=1&project_path={}", encode(project_path))),
+                None,
+            )
+            .await?;
+        let head = history["head"]
+            .as_str()
+            .ok_or_else(|| ClientError::Local("the node names no head".into()))?
+            .to_owned();
+        let theirs_hash = history["snapshots"][0]["project_manifest_hash"]
+            .as_str()
+            .ok_or_else(|| ClientError::Local("the head names no project manifest".into()))?
+            .to_owned();
+        let cas = local_cas(project);
+        let mut last = Ref::read(project, &self.remote.name)?;
+        if last.snapshot.as_deref() == Some(head.as_str()) {
+            return Ok(json!({"status": "up-to-date", "head": head}));
+        }
+        self.fetch(&cas, std::slice::from_ref(&theirs_hash)).await?;
+        let theirs_value = cas
+            .get_object(&theirs_hash.parse().map_err(local)?)
+            .await
+            .map_err(local)?
+            .ok_or_else(|| ClientError::Local("the head's manifest did not arrive".into()))?;
+        let theirs = Tree::of_manifest(&theirs_value);
+        let needed: Vec<String> = theirs
+            .items
+            .values()
+            .chain(theirs.files.values())
+            .cloned()
+            .collect();
+        self.fetch(&cas, &needed).await?;
+        let blobs: Vec<String> = {
+            let mut blobs = Vec::new();
+            for hash in theirs.items.values() {
+                let source = cas
+                    .get_object(&hash.parse().map_err(local)?)
+                    .await
+                    .map_err(local)?;
+                if let Some(blob) = source
+                    .as_ref()
+                    .and_then(|s| s["content_blob_hash"].as_str())
+                {
+                    blobs.push(blob.to_owned());
+                }
+            }
+            blobs
+        };
+        self.fetch(&cas, &blobs).await?;
+        let policy = Policy::load(policy_spaces).map_err(local)?;
+        let ours_built = manifest::build(&cas, project, SpaceKind::Project, &policy)
+            .await
+            .map_err(local)?;
+        let ours = Tree::of_manifest(&ours_built.manifest);
+        let base = match last
+            .project_manifest
+            .as_deref()
+            .and_then(|h| h.parse().ok())
+        {
+            Some(hash) => cas
+                .get_object(&hash)
+                .await
+                .map_err(local)?
+                .map(|v| Tree::of_manifest(&v))
+                .unwrap_or_default(),
+            None => Tree::default(),
+        };
+        let merged = three_way(&cas, &base, &ours, &theirs)
+            .await
+            .map_err(local)?;
+        // What changes locally: every merged path whose hash differs from
+        // ours, and every path of ours the merge dropped.
+        let mut writes = Vec::new();
+        let mut removals = Vec::new();
+        for (section, mine, result) in [
+            ("items", &ours.items, &merged.tree.items),
+            ("files", &ours.files, &merged.tree.files),
+        ] {
+            for (path, hash) in result {
+                if mine.get(path) == Some(hash) {
+                    continue;
+                }
+                let mut blob: ContentHash = hash.parse().map_err(local)?;
+                if section == "items" {
+                    let source = cas.get_object(&blob).await.map_err(local)?.ok_or_else(|| {
+                        ClientError::Local(format!("{path}: its source is missing"))
+                    })?;
+                    blob = source["content_blob_hash"]
+                        .as_str()
+                        .and_then(|h| h.parse().ok())
+                        .ok_or_else(|| ClientError::Local(format!("{path}: no content blob")))?;
+                }
+                let bytes = cas
+                    .get_blob(&blob)
+                    .await
+                    .map_err(local)?
+                    .ok_or_else(|| ClientError::Local(format!("{path}: blob missing")))?;
+                writes.push((path.clone(), bytes));
+            }
+            for path in mine.keys() {
+                if !result.contains_key(path) && !merged.conflicts.contains_key(path) {
+                    removals.push(path.clone());
+                }
+            }
+        }
+        rye_sync::materialize::apply(project, &writes, &removals).map_err(local)?;
+        last.snapshot = Some(head.clone());
+        last.project_manifest = Some(theirs_hash);
+        last.write(project, &self.remote.name)?;
+        let conflicts = merged.to_json()["conflicts"].clone();
+        Ok(json!({
+            "status": if merged.conflicts.is_empty() { "merged" } else { "conflict" },
+            "head": head,
+            "written": writes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "removed": removals,
+            "conflicts": conflicts,
+        }))
+    }
+}
+
+/// `text` URL-encoded for a query.
+pub fn encode(text: &str) -> String {
+    let mut out = String::new();
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,1226 @@
+//! The node's HTTP service (spec §9): JSON endpoints over the database
+//! and the object store, every one but `/health`, `/status` and
+//! `/public-key` signed (spec §8) by a key the node authorizes.
+//!
+//! Nothing a request leaves behind lives in the process: heads, user
+//! spaces, nonces, runs and who holds which object are in the database,
+//! bytes in the object store, so a node restarted (or another beside it)
+//! answers the same.
+
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::routing::{get, post};
+use rye_cas::{Cas, ContentHash};
+use rye_integrity::Keypair;
+use rye_sync::auth;
+use rye_sync::foldback::{self, Heads, Ran};
+use rye_sync::objects::{self, Refused};
+use rye_sync::snapshot::{self, NewSnapshot, Source};
+use rye_sync::{SyncError, manifest, materialize, policy::Policy};
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+
+use crate::bytes::ObjectBytes;
+use crate::db::{Db, DbError, ThreadRow};
+use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
+use crate::run::{ExecSpace, RunError, Runner};
+use crate::tracked::Tracked;
+
+/// How a node is set up.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the node keeps its database, objects, key and checkouts.
+    pub base: PathBuf,
+    /// The name it answers with (`remote_name`).
+    pub name: String,
+    /// Runs at once; one more is answered 503.
+    pub max_concurrent: usize,
+    /// A larger request body is answered 413.
+    pub max_request_bytes: usize,
+    /// What one principal may store; a `put` past it is answered 507.
+    pub max_user_storage_bytes: u64,
+    /// The version of Rye the node runs items with.
+    pub system_version: String,
+    /// A key to authorize with every scope on start (`ed25519:…`), and its
+    /// label.
+    pub bootstrap: Option<(String, String)>,
+    pub runner: Runner,
+}
+
+impl Settings {
+    /// Defaults for a node at `base` running items with `runner`.
+    pub fn new(base: PathBuf, runner: Runner) -> Self {
+        Settings {
+            base,
+            name: "node".into(),
+            max_concurrent: 8,
+            max_request_bytes: 50 << 20,
+            max_user_storage_bytes: 10 << 30,
+            system_version: env!("CARGO_PKG_VERSION").into(),
+            bootstrap: None,
+            runner,
+        }
+    }
+}
+
+/// A running node.
+pub struct Node {
+    db: Db,
+    bytes: ObjectBytes,
+    key: Keypair,
+    settings: Settings,
+    slots: Arc<Semaphore>,
+    active: AtomicUsize,
+    identity: Value,
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+type Reply = (StatusCode, Json<Value>);
+
+fn reply(status: StatusCode, body: Value) -> Reply {
+    (status, Json(body))
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Reply {
+    reply(status, json!({"error": message.into()}))
+}
+
+fn refused(refused: Refused) -> Reply {
+    let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, Json(refused.body))
+}
+
+fn internal(e: impl std::fmt::Display) -> Reply {
+    tracing::error!("{e}");
+    error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Now as snapshots record it (ISO 8601, `+00:00`).
+fn iso_now() -> String {
+    let stamp = rye_integrity::utc_timestamp(SystemTime::now());
+    format!("{}+00:00", stamp.trim_end_matches('Z'))
+}
+
+impl Node {
+    /// Opens (creating) the node's stores under `settings.base` and
+    /// authorizes the bootstrap key, if any.
+    pub async fn open(settings: Settings) -> Result<Arc<Node>, StartError> {
+        let base = &settings.base;
+        std::fs::create_dir_all(base)
+            .map_err(|e| StartError::Setup(format!("{}: {e}", base.display())))?;
+        let db = Db::open(&base.join("node.db")).await?;
+        let bytes = ObjectBytes::local(&base.join("objects"))
+            .map_err(|e| StartError::Setup(format!("the object store: {e}")))?;
+        let key = keys::identity(&base.join("signing")).map_err(StartError::Setup)?;
+        let interrupted = db.interrupt_running(now_secs() as i64).await?;
+        if interrupted > 0 {
+            tracing::warn!("{interrupted} runs of an earlier start were cut short");
+        }
+        if let Some((wire, label)) = &settings.bootstrap {
+            let public = keys::read_wire_key(wire)
+                .map_err(|e| StartError::Setup(format!("the bootstrap key: {e}")))?;
+            if db.authorized_key(public.fingerprint()).await?.is_none() {
+                let document = keys::authorization(
+                    &key,
+                    &public,
+                    label,
+                    &[keys::ALL_SCOPES.to_owned()],
+                    None,
+                    "bootstrap",
+                    SystemTime::now(),
+                )
+                .map_err(StartError::Setup)?;
+                db.authorize(public.fingerprint(), &document, now_secs() as i64)
+                    .await?;
+            }
+        }
+        let created = std::fs::metadata(base.join("signing"))
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| SystemTime::now());
+        let identity = keys::public_key_document(&key, &rye_integrity::utc_timestamp(created));
+        Ok(Arc::new(Node {
+            slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
+            active: AtomicUsize::new(0),
+            db,
+            bytes,
+            key,
+            settings,
+            identity,
+        }))
+    }
+
+    /// The node's key fingerprint.
+    pub fn fingerprint(&self) -> &str {
+        self.key.fingerprint()
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Authorizes `key` with `scopes`, by a document this node signs.
+    pub async fn authorize(
+        &self,
+        key: &rye_integrity::PublicKey,
+        label: &str,
+        scopes: &[String],
+    ) -> Result<(), String> {
+        let document = keys::authorization(
+            &self.key,
+            key,
+            label,
+            scopes,
+            None,
+            "admin",
+            SystemTime::now(),
+        )?;
+        self.db
+            .authorize(key.fingerprint(), &document, now_secs() as i64)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn cas(&self) -> Cas<Tracked<ObjectBytes>> {
+        Cas::new(Tracked::new(self.bytes.clone()))
+    }
+
+    /// Notes what went through `cas` as `principal`'s.
+    async fn hold(&self, principal: &str, cas: &Cas<Tracked<ObjectBytes>>) -> Result<(), Reply> {
+        let written = cas.storage().take();
+        self.db
+            .hold(principal, &written, now_secs() as i64)
+            .await
+            .map_err(internal)
+    }
+}
+
+/// The service's routes over `node`.
+pub fn router(node: Arc<Node>) -> axum::Router {
+    let limit = node.settings.max_request_bytes;
+    axum::Router::new()
+        .route("/health", get(health))
+        .route("/status", get(status))
+        .route("/public-key", get(public_key))
+        .route("/objects/has", post(objects_has))
+        .route("/objects/put", post(objects_put))
+        .route("/objects/get", post(objects_get))
+        .route("/push", post(push))
+        .route("/push/user-space", post(push_user_space))
+        .route("/user-space", get(user_space))
+        .route("/execute", post(execute))
+        .route("/threads", get(threads))
+        .route("/threads/{id}", get(thread))
+        .route("/history", get(history))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(node)
+}
+
+/// Serves `node` on `listener` until the process ends.
+pub async fn serve(node: Arc<Node>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    axum::serve(listener, router(node)).await
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "engine_version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn status(State(node): State<Arc<Node>>) -> Json<Value> {
+    Json(json!({
+        "node_id": format!("fp:{}", node.fingerprint()),
+        "node_name": node.settings.name,
+        "healthy": true,
+        "active": node.active.load(Ordering::Relaxed),
+        "max_concurrent": node.settings.max_concurrent,
+        "system_version": node.settings.system_version,
+        "capabilities": {"provides": ["execute", "sync"], "routes": []},
+        "limits": {
+            "max_request_bytes": node.settings.max_request_bytes,
+            "max_batch": objects::MAX_BATCH,
+            "max_user_storage_bytes": node.settings.max_user_storage_bytes,
+        },
+    }))
+}
+
+async fn public_key(State(node): State<Arc<Node>>) -> Json<Value> {
+    Json(node.identity.clone())
+}
+
+/// The principal (key fingerprint) a signed request comes from, checked
+/// for `scope`.
+async fn signed(
+    node: &Node,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    scope: &str,
+) -> Result<String, Reply> {
+    let unauthorized = |message: String| error(StatusCode::UNAUTHORIZED, message);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let claimed = header(auth::KEY_ID)
+        .and_then(|id| id.strip_prefix("fp:"))
+        .unwrap_or_default()
+        .to_owned();
+    let authorized: Option<Authorized> = if claimed.is_empty() {
+        None
+    } else {
+        match node.db.authorized_key(&claimed).await.map_err(internal)? {
+            Some(document) => match keys::read_authorization(&document, node.key.public()) {
+                Ok(authorized) => Some(authorized),
+                Err(e) => {
+                    tracing::warn!("the authorization of {claimed} is refused: {e}");
+                    None
+                }
+            },
+            None => None,
+        }
+    };
+    let request = auth::Request {
+        method: method.as_str(),
+        path: uri.path(),
+        query: uri.query(),
+        body,
+    };
+    let now = now_secs();
+    let verified = auth::verify(header, &request, node.fingerprint(), now, |fp| {
+        authorized
+            .as_ref()
+            .filter(|a| a.fingerprint == fp)
+            .map(|a| a.key.clone())
+    })
+    .map_err(|e| unauthorized(e.to_string()))?;
+    let authorized = authorized.expect("a verified request's key is authorized");
+    if !authorized.allows(scope, SystemTime::now()) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "key fp:{} may not {scope} (or its authorization expired)",
+                authorized.fingerprint
+            ),
+        ));
+    }
+    let fresh = node
+        .db
+        .fresh_nonce(
+            &verified.nonce_key,
+            now as i64,
+            auth::NONCE_WINDOW_SECS as i64,
+        )
+        .await
+        .map_err(internal)?;
+    if !fresh {
+        return Err(unauthorized(
+            "the request was seen before (its nonce is spent)".into(),
+        ));
+    }
+    Ok(verified.fingerprint)
+}
+
+/// What a request may do, named by its scope.
+trait Scope {
+    const NAME: &'static str;
+}
+struct Push;
+impl Scope for Push {
+    const NAME: &'static str = SCOPE_PUSH;
+}
+struct Execute;
+impl Scope for Execute {
+    const NAME: &'static str = SCOPE_EXECUTE;
+}
+struct Read;
+impl Scope for Read {
+    const NAME: &'static str = SCOPE_READ;
+}
+
+/// A request whose signature holds, by a key allowed scope `S`: who sent
+/// it, its URI and its body.
+struct Signed<S> {
+    principal: String,
+    uri: Uri,
+    body: Bytes,
+    scope: PhantomData<S>,
+}
+
+impl<S: Scope> FromRequest<Arc<Node>> for Signed<S> {
+    type Rejection = Reply;
+
+    async fn from_request(request: Request, node: &Arc<Node>) -> Result<Self, Reply> {
+        let (parts, body) = request.into_parts();
+        let body = Bytes::from_request(Request::from_parts(parts.clone(), body), node)
+            .await
+            .map_err(|e| error(e.status(), e.body_text()))?;
+        let principal = signed(
+            node,
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &body,
+            S::NAME,
+        )
+        .await?;
+        Ok(Signed {
+            principal,
+            uri: parts.uri,
+            body,
+            scope: PhantomData,
+        })
+    }
+}
+
+/// A handler's answer: a reply either way.
+type Answer = Result<Reply, Reply>;
+
+fn ok(body: Value) -> Answer {
+    Ok(reply(StatusCode::OK, body))
+}
+
+fn json_body(body: &[u8]) -> Result<Value, Reply> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "the body is not a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+fn query(uri: &Uri, name: &str) -> Option<String> {
+    auth::query_pairs(uri.query().unwrap_or_default())
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// A project path as the node keys projects by: text of 1 to 512
+/// characters, no control characters.
+fn project_path(body: &Value) -> Result<String, Reply> {
+    let path = body
+        .get("project_path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no project_path (text)"))?;
+    if path.is_empty() || path.chars().count() > 512 || path.chars().any(char::is_control) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "project_path must be 1 to 512 characters, none a control character",
+        ));
+    }
+    Ok(path.to_owned())
+}
+
+fn hash_field(body: &Value, field: &str) -> Result<Option<ContentHash>, Reply> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text))
+            if text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            Ok(text.parse().ok())
+        }
+        Some(other) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("{field} {other} is no hash (64 lowercase hex digits)"),
+        )),
+    }
+}
+
+async fn objects_has(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
+    let asked = objects::hashes(&json_body(&call.body)?).map_err(refused)?;
+    let hexes: Vec<String> = asked.iter().map(ContentHash::hex).collect();
+    let held = node
+        .db
+        .held(&call.principal, &hexes)
+        .await
+        .map_err(internal)?;
+    let (present, missing): (Vec<String>, Vec<String>) =
+        hexes.into_iter().partition(|h| held.contains(h));
+    ok(json!({"present": present, "missing": missing}))
+}
+
+async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
+    let request = json_body(&call.body)?;
+    let incoming = call.body.len() as u64 / 4 * 3;
+    let stored = node
+        .db
+        .stored_bytes(&call.principal)
+        .await
+        .map_err(internal)?;
+    let quota = node.settings.max_user_storage_bytes;
+    if stored.saturating_add(incoming) > quota {
+        return Err(error(
+            StatusCode::INSUFFICIENT_STORAGE,
+            format!(
+                "storing {incoming} more bytes would pass this key's {quota} (it holds {stored})"
+            ),
+        ));
+    }
+    let cas = node.cas();
+    let answer = objects::put(&cas, &request).await;
+    // Whatever reached the store is the principal's, even if a later
+    // entry failed to write.
+    node.hold(&call.principal, &cas).await?;
+    ok(answer.map_err(refused)?)
+}
+
+async fn objects_get(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let asked = objects::hashes(&json_body(&call.body)?).map_err(refused)?;
+    let hexes: Vec<String> = asked.iter().map(ContentHash::hex).collect();
+    let held = node
+        .db
+        .held(&call.principal, &hexes)
+        .await
+        .map_err(internal)?;
+    let mine: Vec<String> = hexes.into_iter().filter(|h| held.contains(h)).collect();
+    ok(objects::get(&node.cas(), &json!({"hashes": mine}))
+        .await
+        .map_err(refused)?)
+}
+
+/// Checks that `principal` holds the whole closure of the manifest
+/// `hash` of space `space`, answered from the database: the manifest read
+/// once, then one query for its items and files and one for the items'
+/// blobs.
+async fn check_closure(
+    node: &Node,
+    principal: &str,
+    hash: &ContentHash,
+    space: &str,
+) -> Result<(), Reply> {
+    let bad = |message: String, missing: Vec<String>| {
+        reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": message, "missing": missing}),
+        )
+    };
+    let held = node
+        .db
+        .holdings(principal, &[hash.hex()])
+        .await
+        .map_err(internal)?;
+    if !held.contains_key(&hash.hex()) {
+        return Err(bad(
+            format!("manifest {} is not among this key's objects", hash.hex()),
+            vec![hash.hex()],
+        ));
+    }
+    let manifest = node
+        .cas()
+        .get_object(hash)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| internal(format!("manifest {} is gone from the store", hash.hex())))?;
+    if manifest.get("kind").and_then(Value::as_str) != Some("source_manifest")
+        || manifest.get("space").and_then(Value::as_str) != Some(space)
+        || manifest.get("schema").and_then(Value::as_u64) != Some(rye_cas::SCHEMA)
+    {
+        return Err(bad(
+            format!(
+                "{} is no source_manifest of a {space} space (schema {})",
+                hash.hex(),
+                rye_cas::SCHEMA
+            ),
+            Vec::new(),
+        ));
+    }
+    let named = |key: &str| -> Result<Vec<(String, String)>, Reply> {
+        let Some(map) = manifest.get(key) else {
+            return Ok(Vec::new());
+        };
+        let map = map.as_object().ok_or_else(|| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("the manifest's {key} is not a map"),
+            )
+        })?;
+        map.iter()
+            .map(|(path, h)| {
+                if let Some(reason) = materialize::unsafe_path(path) {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("the manifest's path {path:?} is refused: {reason}"),
+                    ));
+                }
+                match h.as_str() {
+                    Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                        Ok((path.clone(), h.to_owned()))
+                    }
+                    _ => Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("the manifest's {path} names no hash"),
+                    )),
+                }
+            })
+            .collect()
+    };
+    let items = named("items")?;
+    let files = named("files")?;
+    let first: Vec<String> = items.iter().chain(&files).map(|(_, h)| h.clone()).collect();
+    let held = node
+        .db
+        .holdings(principal, &first)
+        .await
+        .map_err(internal)?;
+    let mut missing = Vec::new();
+    let mut blobs = Vec::new();
+    for (path, h) in &items {
+        match held.get(h) {
+            None => missing.push(h.clone()),
+            Some(holding) if holding.object_kind.as_deref() != Some("item_source") => {
+                return Err(bad(
+                    format!("item {path}: {h} is no item_source"),
+                    Vec::new(),
+                ));
+            }
+            Some(holding) => match &holding.content_blob {
+                Some(blob) => blobs.push(blob.clone()),
+                None => {
+                    return Err(bad(
+                        format!("item {path}: its item_source names no content blob"),
+                        Vec::new(),
+                    ));
+                }
+            },
+        }
+    }
+    for (path, h) in &files {
+        match held.get(h) {
+            None => missing.push(h.clone()),
+            Some(holding) if holding.kind != "blob" => {
+                return Err(bad(format!("file {path}: {h} is no blob"), Vec::new()));
+            }
+            Some(_) => {}
+        }
+    }
+    let held_blobs = node
+        .db
+        .holdings(principal, &blobs)
+        .await
+        .map_err(internal)?;
+    for blob in blobs {
+        match held_blobs.get(&blob) {
+            Some(holding) if holding.kind == "blob" => {}
+            _ => missing.push(blob),
+        }
+    }
+    if !missing.is_empty() {
+        missing.sort();
+        missing.dedup();
+        return Err(bad(
+            "the manifest names objects this key has not stored".into(),
+            missing,
+        ));
+    }
+    Ok(())
+}
+
+/// `major.minor` of a version.
+fn major_minor(version: &str) -> &str {
+    let mut dots = version.match_indices('.');
+    match (dots.next(), dots.next()) {
+        (Some(_), Some((second, _))) => &version[..second],
+        _ => version,
+    }
+}
+
+async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
+    let principal = call.principal;
+    let outcome = async {
+        let body = json_body(&call.body)?;
+        let project = project_path(&body)?;
+        let manifest = hash_field(&body, "project_manifest_hash")?
+            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no project_manifest_hash"))?;
+        let expected = hash_field(&body, "expected_snapshot_hash")?;
+        if let Some(version) = body.get("system_version").and_then(Value::as_str)
+            && version != "unknown"
+            && major_minor(version) != major_minor(&node.settings.system_version)
+        {
+            return Err(reply(
+                StatusCode::CONFLICT,
+                json!({"error": format!("the client runs Rye {version}, this node {}: their major.minor differ",
+                                         node.settings.system_version)}),
+            ));
+        }
+        check_closure(&node, &principal, &manifest, "project").await?;
+        let head = node
+            .db
+            .head(&principal, &project)
+            .await
+            .map_err(internal)?;
+        let moved = |actual: Option<String>| {
+            reply(
+                StatusCode::CONFLICT,
+                json!({"error": "HEAD has moved", "expected": expected.map(|h| h.hex()), "actual": actual}),
+            )
+        };
+        if head != expected.map(|h| h.hex()) {
+            return Err(moved(head));
+        }
+        let user = node
+            .db
+            .user_space(&principal)
+            .await
+            .map_err(internal)?
+            .and_then(|u| u.manifest.parse().ok());
+        let cas = node.cas();
+        // The head already names this project and user space: nothing to
+        // record, the push is confirmed as it stands.
+        if let Some(head) = expected {
+            let current = cas.get_object(&head).await.map_err(internal)?;
+            let same = current.is_some_and(|c| {
+                c["project_manifest_hash"].as_str() == Some(manifest.hex().as_str())
+                    && c["user_manifest_hash"].as_str().map(str::to_owned)
+                        == user.map(|u: ContentHash| u.hex())
+            });
+            if same {
+                return Ok(json!({
+                    "status": "ok",
+                    "unchanged": true,
+                    "remote_name": node.settings.name,
+                    "project_path": project,
+                    "project_manifest_hash": manifest.hex(),
+                    "snapshot_hash": head.hex(),
+                }));
+            }
+        }
+        let snapshot = snapshot::store(
+            &cas,
+            &NewSnapshot {
+                project_manifest: manifest,
+                user_manifest: user,
+                parents: expected.into_iter().collect(),
+                source: Source::Push,
+                source_detail: String::new(),
+                metadata: Map::new(),
+            },
+            &iso_now(),
+        )
+        .await
+        .map_err(internal)?;
+        node.hold(&principal, &cas).await?;
+        let expected_hex = expected.map(|h| h.hex());
+        match node
+            .db
+            .advance_head(
+                &principal,
+                &project,
+                expected_hex.as_deref(),
+                &snapshot.hex(),
+                now_secs() as i64,
+            )
+            .await
+            .map_err(internal)?
+        {
+            Ok(()) => Ok(json!({
+                "status": "ok",
+                "remote_name": node.settings.name,
+                "project_path": project,
+                "project_manifest_hash": manifest.hex(),
+                "snapshot_hash": snapshot.hex(),
+            })),
+            Err(m) => Err(moved(m.actual)),
+        }
+    }
+    .await;
+    ok(outcome?)
+}
+
+async fn push_user_space(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
+    let principal = call.principal;
+    let outcome = async {
+        let body = json_body(&call.body)?;
+        let manifest = hash_field(&body, "user_manifest_hash")?
+            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no user_manifest_hash"))?;
+        let expected = match body.get("expected_revision") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "expected_revision is not an integer",
+                )
+            })?),
+        };
+        check_closure(&node, &principal, &manifest, "user").await?;
+        match node
+            .db
+            .push_user_space(&principal, expected, &manifest.hex(), now_secs() as i64)
+            .await
+            .map_err(internal)?
+        {
+            Ok(revision) => Ok(json!({
+                "status": "ok",
+                "user_manifest_hash": manifest.hex(),
+                "revision": revision,
+                "remote_name": node.settings.name,
+            })),
+            Err(moved) => Err(reply(
+                StatusCode::CONFLICT,
+                json!({"error": "the user space has moved", "expected": expected, "actual": moved.actual}),
+            )),
+        }
+    }
+    .await;
+    ok(outcome?)
+}
+
+async fn user_space(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let space = node
+        .db
+        .user_space(&call.principal)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, "no user space was pushed"))?;
+    ok(json!({
+        "user_manifest_hash": space.manifest,
+        "revision": space.revision,
+        "pushed_at": space.pushed_at,
+        "remote_name": node.settings.name,
+    }))
+}
+
+/// A project's head in the database, as fold-back moves it.
+struct DbHeads<'a> {
+    db: &'a Db,
+    principal: &'a str,
+    project: &'a str,
+}
+
+impl Heads for DbHeads<'_> {
+    async fn head(&self) -> Result<Option<ContentHash>, SyncError> {
+        let head = self
+            .db
+            .head(self.principal, self.project)
+            .await
+            .map_err(|e| SyncError::Manifest(e.to_string()))?;
+        head.map(|h| {
+            h.parse()
+                .map_err(|_| SyncError::Manifest(format!("the head {h:?} is no hash")))
+        })
+        .transpose()
+    }
+
+    async fn advance(
+        &self,
+        expected: Option<ContentHash>,
+        new: ContentHash,
+    ) -> Result<bool, SyncError> {
+        let expected = expected.map(|h| h.hex());
+        Ok(self
+            .db
+            .advance_head(
+                self.principal,
+                self.project,
+                expected.as_deref(),
+                &new.hex(),
+                now_secs() as i64,
+            )
+            .await
+            .map_err(|e| SyncError::Manifest(e.to_string()))?
+            .is_ok())
+    }
+}
+
+/// The kind and id of an `item_id`: `tool:demo/wc`, or a bare id for a
+/// tool.
+fn item(item_id: &str) -> Result<(&str, &str), String> {
+    let (kind, id) = item_id.split_once(':').unwrap_or(("tool", item_id));
+    if !matches!(kind, "tool" | "directive" | "knowledge") {
+        return Err(format!(
+            "item kind {kind:?} is not tool, directive or knowledge"
+        ));
+    }
+    let plain = !id.is_empty()
+        && id.len() <= 256
+        && !id.starts_with(['-', '/'])
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
+        && id
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+    if !plain {
+        return Err(format!("item id {id:?} is not a path of plain names"));
+    }
+    Ok((kind, id))
+}
+
+/// One run as the execute endpoint starts it.
+struct Job {
+    principal: String,
+    project: String,
+    kind: String,
+    id: String,
+    item_id: String,
+    parameters: Value,
+    base: ContentHash,
+    thread_id: String,
+}
+
+async fn execute(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer {
+    let principal = call.principal;
+    let started = async {
+        let body = json_body(&call.body)?;
+        let project = project_path(&body)?;
+        let item_id = body
+            .get("item_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no item_id (text)"))?
+            .to_owned();
+        let (kind, id) = item(&item_id).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        let parameters = match body.get("parameters") {
+            None | Some(Value::Null) => json!({}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    "parameters is not a JSON object",
+                ));
+            }
+        };
+        let run_async = body.get("async").and_then(Value::as_bool).unwrap_or(false);
+        let permit = Arc::clone(&node.slots).try_acquire_owned().map_err(|_| {
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the node runs {} items already",
+                    node.settings.max_concurrent
+                ),
+            )
+        })?;
+        let base = node
+            .db
+            .head(&principal, &project)
+            .await
+            .map_err(internal)?
+            .and_then(|h| h.parse::<ContentHash>().ok())
+            .ok_or_else(|| {
+                error(
+                    StatusCode::NOT_FOUND,
+                    format!("project {project:?} was never pushed to this node"),
+                )
+            })?;
+        let thread_id = start_thread(&node, &principal, &project, &item_id, id, &base).await?;
+        let job = Job {
+            principal: principal.clone(),
+            project,
+            kind: kind.to_owned(),
+            id: id.to_owned(),
+            item_id,
+            parameters,
+            base,
+            thread_id,
+        };
+        Ok((job, permit, run_async))
+    }
+    .await;
+    let (job, permit, run_async) = started?;
+    if run_async {
+        let thread_id = job.thread_id.clone();
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = finish(&node, job).await;
+        });
+        return Ok(reply(
+            StatusCode::ACCEPTED,
+            json!({"status": "accepted", "thread_id": thread_id, "async": true,
+                   "message": "the run goes on; ask GET /threads/{thread_id} for how it ended"}),
+        ));
+    }
+    let (status, record) = finish(&node, job).await;
+    drop(permit);
+    Ok(reply(status, record))
+}
+
+/// Records a new run; its thread id (`rye-remote-<id>-<ms>`, made unique).
+async fn start_thread(
+    node: &Node,
+    principal: &str,
+    project: &str,
+    item_id: &str,
+    id: &str,
+    base: &ContentHash,
+) -> Result<String, Reply> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut last = None;
+    for bump in 0..20 {
+        let thread_id = format!("rye-remote-{}-{}", id.replace('/', "-"), ms + bump);
+        let row = ThreadRow {
+            thread_id: thread_id.clone(),
+            project_path: project.to_owned(),
+            item_id: item_id.to_owned(),
+            status: "running".into(),
+            created_at: now_secs() as i64,
+            finished_at: None,
+            record: json!({"status": "running", "thread_id": thread_id, "item_id": item_id,
+                           "project_path": project, "snapshot_hash": base.hex()}),
+        };
+        match node.db.start_thread(principal, &row).await {
+            Ok(()) => return Ok(thread_id),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(internal(last.map_or_else(
+        || "no thread id".to_owned(),
+        |e| e.to_string(),
+    )))
+}
+
+/// Runs `job` to its end and records how it ended; the answer.
+async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
+    node.active.fetch_add(1, Ordering::Relaxed);
+    let outcome = run_job(node, &job).await;
+    node.active.fetch_sub(1, Ordering::Relaxed);
+    let (status, record, state) = match outcome {
+        Ok(record) => {
+            let state = record["status"].as_str().unwrap_or("completed").to_owned();
+            (StatusCode::OK, record, state)
+        }
+        Err((phase, message)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"status": "error", "error": message, "thread_id": job.thread_id,
+                   "item_id": job.item_id, "phase": phase, "snapshot_hash": job.base.hex()}),
+            "error".to_owned(),
+        ),
+    };
+    if let Err(e) = node
+        .db
+        .finish_thread(&job.thread_id, &state, &record, now_secs() as i64)
+        .await
+    {
+        tracing::error!("recording how {} ended: {e}", job.thread_id);
+    }
+    (status, record)
+}
+
+type Failed = (&'static str, String);
+
+async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
+    let base_dir = &node.settings.base;
+    let cas = node.cas();
+    let checkout = materialize::checkout(&cas, &job.base, &base_dir.join("cache"))
+        .await
+        .map_err(|e| ("checkout", e.to_string()))?;
+    let space = ExecSpace::prepare(&checkout, &base_dir.join("executions"), &job.thread_id)
+        .map_err(|e| ("checkout", format!("the execution space: {e}")))?;
+    let trusted = space.root.join("principal.pem");
+    let key = node
+        .db
+        .authorized_key(&job.principal)
+        .await
+        .map_err(|e| ("run", e.to_string()))?
+        .and_then(|doc| keys::read_authorization(&doc, node.key.public()).ok())
+        .ok_or(("run", "the caller's key is no longer authorized".to_owned()))?;
+    std::fs::write(&trusted, key.key.pem()).map_err(|e| ("run", e.to_string()))?;
+    let result = node
+        .settings
+        .runner
+        .run(&space, &job.kind, &job.id, &job.parameters, &trusted)
+        .await;
+    let result = match result {
+        Ok(result) => result,
+        Err(e @ RunError::TimedOut(_)) => json!({"status": "error", "error": e.to_string()}),
+        Err(e) => return Err(("run", e.to_string())),
+    };
+    let (files, skipped) = crate::run::outputs(&cas, &space.project())
+        .await
+        .map_err(|e| ("outputs", e.to_string()))?;
+    let mut bundle = Map::new();
+    bundle.insert("remote_thread_id".into(), json!(job.thread_id));
+    bundle.insert("execution_snapshot_hash".into(), Value::Null);
+    bundle.insert(
+        "files".into(),
+        json!(
+            files
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v.hex())))
+                .collect::<Map<_, _>>()
+        ),
+    );
+    let bundle = cas
+        .put_object(&rye_cas::object("runtime_outputs_bundle", bundle))
+        .await
+        .map_err(|e| ("outputs", e.to_string()))?;
+    let user = space.user();
+    let policy = Policy::load(&[&user.join(".ai"), &space.project().join(".ai")])
+        .map_err(|e| ("outputs", e.to_string()))?;
+    let built = manifest::build(
+        &cas,
+        &space.project(),
+        manifest::SpaceKind::Project,
+        &policy,
+    )
+    .await
+    .map_err(|e| ("outputs", e.to_string()))?;
+    let heads = DbHeads {
+        db: &node.db,
+        principal: &job.principal,
+        project: &job.project,
+    };
+    let folded = foldback::fold_back(
+        &cas,
+        &heads,
+        &Ran {
+            base: job.base,
+            manifest: built.hash,
+            item: job.item_id.clone(),
+            thread_id: job.thread_id.clone(),
+            now: iso_now(),
+        },
+    )
+    .await
+    .map_err(|e| ("fold-back", e.to_string()))?;
+    let written = cas.storage().take();
+    let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
+    let new_objects = json!(new_objects);
+    node.db
+        .hold(&job.principal, &written, now_secs() as i64)
+        .await
+        .map_err(|e| ("fold-back", e.to_string()))?;
+    let status = if result.get("status").and_then(Value::as_str) == Some("error") {
+        "error"
+    } else {
+        "completed"
+    };
+    let mut record = json!({
+        "status": status,
+        "thread_id": job.thread_id,
+        "item_id": job.item_id,
+        "project_path": job.project,
+        "snapshot_hash": job.base.hex(),
+        "merge_type": folded.merge_type.name(),
+        "head": folded.head.map(|h| h.hex()),
+        "run_snapshot_hash": folded.run_snapshot.map(|h| h.hex()),
+        "execution_snapshot_hash": Value::Null,
+        "runtime_outputs_bundle_hash": bundle.hex(),
+        "runtime_output_files": files.iter().map(|(k, v)| (k.clone(), json!(v.hex()))).collect::<Map<_, _>>(),
+        "new_object_hashes": new_objects,
+        "result": result,
+        "system_version": node.settings.system_version,
+    });
+    if !skipped.is_empty() {
+        record["skipped_outputs"] = json!(
+            skipped
+                .iter()
+                .map(|(p, why)| json!({"path": p, "why": why}))
+                .collect::<Vec<_>>()
+        );
+    }
+    if let Some(merged) = &folded.conflicts {
+        record["conflicts"] = merged.to_json()["conflicts"].clone();
+        record["unmerged_snapshot"] = json!(folded.run_snapshot.map(|h| h.hex()));
+    }
+    Ok(record)
+}
+
+fn limit(uri: &Uri, default: i64, max: i64) -> Result<i64, Reply> {
+    match query(uri, "limit") {
+        None => Ok(default),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("limit {text:?} is not a number from 1 to {max}"),
+            )),
+        },
+    }
+}
+
+async fn threads(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let limit = limit(&call.uri, 20, 200)?;
+    let project = query(&call.uri, "project_path");
+    let rows = node
+        .db
+        .threads(&call.principal, project.as_deref(), limit)
+        .await
+        .map_err(internal)?;
+    ok(json!({
+        "threads": rows.iter().map(|r| json!({
+            "thread_id": r.thread_id,
+            "item_id": r.item_id,
+            "project_path": r.project_path,
+            "status": r.status,
+            "created_at": r.created_at,
+            "finished_at": r.finished_at,
+            "merge_type": r.record.get("merge_type"),
+        })).collect::<Vec<_>>(),
+        "remote_name": node.settings.name,
+    }))
+}
+
+async fn thread(
+    State(node): State<Arc<Node>>,
+    UrlPath(id): UrlPath<String>,
+    call: Signed<Read>,
+) -> Answer {
+    let row = node
+        .db
+        .thread(&call.principal, &id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no thread {id:?} here")))?;
+    let mut record = row.record;
+    record["status"] = json!(row.status);
+    record["created_at"] = json!(row.created_at);
+    record["finished_at"] = json!(row.finished_at);
+    ok(record)
+}
+
+async fn history(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let limit = limit(&call.uri, 20, 200)?;
+    let project = query(&call.uri, "project_path")
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no project_path in the query"))?;
+    let head = node
+        .db
+        .head(&call.principal, &project)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| {
+            error(
+                StatusCode::NOT_FOUND,
+                format!("project {project:?} was never pushed to this node"),
+            )
+        })?;
+    let hash: ContentHash = head
+        .parse()
+        .map_err(|_| internal(format!("the head {head:?} is no hash")))?;
+    let snapshots = snapshot::history(&node.cas(), &hash, limit as usize)
+        .await
+        .map_err(internal)?;
+    ok(
+        json!({"project_path": project, "head": head, "snapshots": snapshots,
+              "remote_name": node.settings.name}),
+    )
+}

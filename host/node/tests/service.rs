@@ -1,0 +1,561 @@
+//! The node's service over real HTTP on loopback, with its real database
+//! and object store: signed requests refused when forged, stale, replayed
+//! (also after a restart) or out of scope; objects stored only when their
+//! bytes match; heads moved only from where they are, by one of twenty
+//! clients racing; and a client that finds the node's key changed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use rye_integrity::Keypair;
+use rye_node::client::{Client, ClientError, Remote};
+use rye_node::run::Runner;
+use rye_node::{Node, Settings};
+use rye_sync::auth;
+use serde_json::{Value, json};
+
+struct Served {
+    node: Arc<Node>,
+    url: String,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve(base: &Path) -> Served {
+    let runner = Runner {
+        program: "/nonexistent/rye".into(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let mut settings = Settings::new(base.to_owned(), runner);
+    settings.max_user_storage_bytes = 1 << 20;
+    let node = Node::open(settings).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(rye_node::serve(Arc::clone(&node), listener));
+    Served { node, url, task }
+}
+
+fn nonce() -> String {
+    format!(
+        "{:032x}",
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A hand-signed request to the node at `url` whose fingerprint is `node`:
+/// the method, path and body, signed by `key` at `at` with `nonce`; the
+/// status and body.
+async fn raw(
+    (url, node): (&str, &str),
+    key: &Keypair,
+    method: &str,
+    path: &str,
+    body: &Value,
+    at: u64,
+    nonce: &str,
+) -> (u16, Value) {
+    let bytes = if method == "GET" {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let (path_only, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
+    let request = auth::Request {
+        method,
+        path: path_only,
+        query,
+        body: &bytes,
+    };
+    let http = reqwest::Client::new();
+    let mut builder = http.request(
+        reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+        format!("{url}{path}"),
+    );
+    for (name, value) in auth::sign(key, &request, node, at, nonce) {
+        builder = builder.header(name, value);
+    }
+    if method != "GET" {
+        builder = builder.body(bytes);
+    }
+    let response = builder.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(json!({"raw": text})),
+    )
+}
+
+/// A request signed now with a new nonce.
+async fn fresh(
+    to: (&str, &str),
+    key: &Keypair,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> (u16, Value) {
+    raw(to, key, method, path, body, now(), &nonce()).await
+}
+
+fn remote(url: &str) -> Remote {
+    Remote {
+        name: "test".into(),
+        url: url.to_owned(),
+        node_id: None,
+        timeout: Duration::from_secs(30),
+    }
+}
+
+/// A project folder with `n` knowledge items.
+fn project(dir: &Path, n: usize, tag: &str) {
+    let folder = dir.join(".ai/knowledge/notes");
+    std::fs::create_dir_all(&folder).unwrap();
+    for i in 0..n {
+        std::fs::write(
+            folder.join(format!("n{i}.md")),
+            format!("# note {i} {tag}\n"),
+        )
+        .unwrap();
+    }
+}
+
+fn keypair_copy(key: &Keypair) -> Keypair {
+    Keypair::from_private_pem(&key.private_pem().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(&dir.path().join("node")).await;
+    let fp = served.node.fingerprint().to_owned();
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let reader = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(reader.public(), "reader", &["node.read".into()])
+        .await
+        .unwrap();
+    let body = json!({"hashes": []});
+
+    let n = nonce();
+    let (status, _) = raw(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/has",
+        &body,
+        now(),
+        &n,
+    )
+    .await;
+    assert_eq!(status, 200);
+    // The same request again: its nonce is spent.
+    let (status, answer) = raw(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/has",
+        &body,
+        now(),
+        &n,
+    )
+    .await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("seen before"),
+        "{answer}"
+    );
+
+    // A key the node never authorized.
+    let mallory = Keypair::generate().unwrap();
+    let (status, answer) = fresh((&served.url, &fp), &mallory, "POST", "/objects/has", &body).await;
+    assert_eq!(status, 401);
+    assert!(
+        answer["error"].as_str().unwrap().contains("not authorized"),
+        "{answer}"
+    );
+
+    // Alice's key id with mallory's signature.
+    let bytes = body.to_string().into_bytes();
+    let request = auth::Request {
+        method: "POST",
+        path: "/objects/has",
+        query: None,
+        body: &bytes,
+    };
+    let mut headers = auth::sign(&mallory, &request, &fp, now(), &nonce());
+    headers[0].1 = format!("fp:{}", alice.fingerprint());
+    let mut builder = reqwest::Client::new()
+        .post(format!("{}/objects/has", served.url))
+        .body(bytes.clone());
+    for (name, value) in &headers {
+        builder = builder.header(*name, value);
+    }
+    let forged = builder.send().await.unwrap();
+    assert_eq!(forged.status().as_u16(), 401);
+    assert!(forged.text().await.unwrap().contains("does not verify"));
+
+    // Signed for another node (audience), and a body changed after signing.
+    let (status, _) = fresh(
+        (&served.url, "0123456789abcdef"),
+        &alice,
+        "POST",
+        "/objects/has",
+        &body,
+    )
+    .await;
+    assert_eq!(status, 401, "another node's audience");
+
+    // 301 seconds old, and 301 seconds ahead.
+    for at in [now() - 301, now() + 301] {
+        let (status, answer) = raw(
+            (&served.url, &fp),
+            &alice,
+            "POST",
+            "/objects/has",
+            &body,
+            at,
+            &nonce(),
+        )
+        .await;
+        assert_eq!(status, 401);
+        assert!(
+            answer["error"].as_str().unwrap().contains("more than 300"),
+            "{answer}"
+        );
+    }
+    // No signature at all.
+    let plain = reqwest::Client::new()
+        .post(format!("{}/objects/has", served.url))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status().as_u16(), 401);
+
+    // A key allowed only to read may not push.
+    let (status, answer) = fresh((&served.url, &fp), &reader, "POST", "/objects/has", &body).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, _) = fresh(
+        (&served.url, &fp),
+        &reader,
+        "GET",
+        "/threads?limit=5",
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // The node restarts on the same stores: the spent nonce stays spent.
+    served.task.abort();
+    drop(served);
+    let again = serve(&dir.path().join("node")).await;
+    assert_eq!(again.node.fingerprint(), fp, "the node keeps its key");
+    let (status, answer) = raw(
+        (&again.url, &fp),
+        &alice,
+        "POST",
+        "/objects/has",
+        &body,
+        now(),
+        &n,
+    )
+    .await;
+    assert_eq!(status, 401, "replayed after a restart: {answer}");
+    let (status, _) = fresh((&again.url, &fp), &alice, "POST", "/objects/has", &body).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(&dir.path().join("node")).await;
+    let fp = served.node.fingerprint().to_owned();
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let good = b"good bytes\n";
+    let good_hash = rye_cas::ContentHash::of(good).hex();
+    let bad_put = json!({"entries": [
+        {"hash": good_hash, "kind": "blob", "data": b64(good)},
+        {"hash": good_hash, "kind": "blob", "data": b64(b"other bytes")},
+    ]});
+    let (status, answer) =
+        fresh((&served.url, &fp), &alice, "POST", "/objects/put", &bad_put).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["stored"], json!([]));
+    let (_, has) = fresh(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/has",
+        &json!({"hashes": [good_hash]}),
+    )
+    .await;
+    assert_eq!(has["missing"], json!([good_hash]), "nothing was stored");
+
+    // A manifest naming an item_source that was never sent.
+    let absent = rye_cas::ContentHash::of(b"never sent").hex();
+    let mut fields = serde_json::Map::new();
+    fields.insert("space".into(), json!("project"));
+    fields.insert("items".into(), json!({".ai/knowledge/a.md": absent}));
+    fields.insert("files".into(), json!({}));
+    let manifest = rye_cas::object("source_manifest", fields);
+    let bytes = rye_cas::canonical::to_vec(&manifest);
+    let manifest_hash = rye_cas::ContentHash::of(&bytes).hex();
+    let (status, answer) = fresh(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/put",
+        &json!({"entries": [{"hash": manifest_hash, "kind": "object", "data": b64(&bytes)}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let push = json!({"project_path": "p", "project_manifest_hash": manifest_hash,
+                      "system_version": env!("CARGO_PKG_VERSION"), "expected_snapshot_hash": null});
+    let (status, answer) = fresh((&served.url, &fp), &alice, "POST", "/push", &push).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["missing"], json!([absent]));
+    assert_eq!(
+        served
+            .node
+            .db()
+            .head(alice.fingerprint(), "p")
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Another principal's objects are not this one's: bob cannot push a
+    // manifest alice stored, nor read it.
+    let bob = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(bob.public(), "bob", &["*".into()])
+        .await
+        .unwrap();
+    let (status, answer) = fresh((&served.url, &fp), &bob, "POST", "/push", &push).await;
+    assert_eq!(status, 400, "{answer}");
+    let (_, got) = fresh(
+        (&served.url, &fp),
+        &bob,
+        "POST",
+        "/objects/get",
+        &json!({"hashes": [manifest_hash]}),
+    )
+    .await;
+    assert_eq!(
+        got["entries"],
+        json!([]),
+        "bob reads none of alice's objects"
+    );
+
+    // A version whose major.minor differs, and a project path that is no
+    // path.
+    let mut old = push.clone();
+    old["system_version"] = json!("0.0.9");
+    let (status, _) = fresh((&served.url, &fp), &alice, "POST", "/push", &old).await;
+    assert_eq!(status, 409);
+    let mut weird = push;
+    weird["project_path"] = json!("a\u{0}b");
+    let (status, _) = fresh((&served.url, &fp), &alice, "POST", "/push", &weird).await;
+    assert_eq!(status, 400);
+    // Malformed bodies.
+    for body in [
+        json!([1, 2]),
+        json!({"hashes": ["zz"]}),
+        json!({"hashes": "x"}),
+    ] {
+        let (status, _) = fresh((&served.url, &fp), &alice, "POST", "/objects/has", &body).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    // Over the storage quota (1 MiB here): 507, nothing stored.
+    let big = vec![7u8; 1 << 20];
+    let big_hash = rye_cas::ContentHash::of(&big).hex();
+    let (status, _) = fresh(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/put",
+        &json!({"entries": [{"hash": big_hash, "kind": "blob", "data": b64(&big)}]}),
+    )
+    .await;
+    assert_eq!(status, 507);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_head_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(&dir.path().join("node")).await;
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let pins = dir.path().join("known_nodes.json");
+    let first = dir.path().join("first");
+    project(&first, 3, "base");
+    let client = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let base = client.push(&first, None, &[], "shared").await.unwrap();
+    // Pushed again unchanged: one request, no new snapshot.
+    let before = client.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let again = client.push(&first, None, &[], "shared").await.unwrap();
+    assert!(again.unchanged);
+    assert_eq!(again.snapshot, base.snapshot);
+    assert_eq!(
+        client.requests.load(std::sync::atomic::Ordering::Relaxed) - before,
+        1
+    );
+
+    let mut racers = Vec::new();
+    for i in 0..20 {
+        let folder = dir.path().join(format!("c{i}"));
+        project(&folder, 3, "base");
+        // Each starts from the pushed head, then changes one note.
+        let refs = folder.join(".ai/objects/refs/remotes");
+        std::fs::create_dir_all(&refs).unwrap();
+        std::fs::copy(
+            first.join(".ai/objects/refs/remotes/test.json"),
+            refs.join("test.json"),
+        )
+        .unwrap();
+        std::fs::write(
+            folder.join(".ai/knowledge/notes/n0.md"),
+            format!("# by {i}\n"),
+        )
+        .unwrap();
+        let url = served.url.clone();
+        let key = keypair_copy(&alice);
+        let pins = pins.clone();
+        racers.push(tokio::spawn(async move {
+            let client = Client::connect(&remote(&url), key, &pins).await.unwrap();
+            client.push(&folder, None, &[], "shared").await
+        }));
+    }
+    let mut landed = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(pushed) => landed.push(pushed.snapshot),
+            Err(ClientError::Node { status: 409, body }) => {
+                assert_eq!(body["expected"], json!(base.snapshot), "{body}");
+                assert!(body["actual"].is_string(), "{body}");
+            }
+            Err(e) => panic!("neither landed nor 409: {e}"),
+        }
+    }
+    assert_eq!(
+        landed.len(),
+        1,
+        "one push moves the head from where all began"
+    );
+    let head = served
+        .node
+        .db()
+        .head(alice.fingerprint(), "shared")
+        .await
+        .unwrap();
+    assert_eq!(head.as_deref(), Some(landed[0].as_str()));
+    let history = client
+        .call(
+            "GET",
+            "/history",
+            Some("project_path=shared&limit=10"),
+            None,
+        )
+        .await
+        .unwrap();
+    let hashes: Vec<&str> = history["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["_hash"].as_str().unwrap())
+        .collect();
+    assert_eq!(hashes, [landed[0].as_str(), base.snapshot.as_str()]);
+}
+
+/// A node at `base` serving on `addr`, authorizing `alice`.
+async fn start(
+    base: std::path::PathBuf,
+    addr: std::net::SocketAddr,
+    alice: &Keypair,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let runner = Runner {
+        program: "/nonexistent/rye".into(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let node = Node::open(Settings::new(base, runner)).await.unwrap();
+    node.authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(rye_node::serve(node, listener))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = Keypair::generate().unwrap();
+    let pins = dir.path().join("known_nodes.json");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://{addr}");
+    let first = start(dir.path().join("one"), addr, &alice).await;
+    let client = Client::connect(&remote(&url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let pinned = client.node().to_owned();
+    let folder = dir.path().join("p");
+    project(&folder, 1, "x");
+    client.push(&folder, None, &[], "p").await.unwrap();
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Another node (another key) at the same address.
+    let _second = start(dir.path().join("two"), addr, &alice).await;
+    let err = client
+        .call("GET", "/threads", None, None)
+        .await
+        .expect_err("a changed key is an error");
+    match &err {
+        ClientError::KeyChanged { pinned: p, .. } => assert_eq!(p, &pinned),
+        other => panic!("not a key change: {other}"),
+    }
+    assert!(err.to_string().contains("remove its entry"), "{err}");
+    // A new connection uses the pin, and fails the same way on first use.
+    let again = Client::connect(&remote(&url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    assert!(matches!(
+        again.push(&folder, None, &[], "p").await,
+        Err(ClientError::KeyChanged { .. })
+    ));
+}
