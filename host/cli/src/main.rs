@@ -3,6 +3,7 @@
 mod component;
 mod init;
 mod output;
+mod remote;
 mod report;
 
 use std::path::PathBuf;
@@ -212,6 +213,18 @@ enum Command {
     Threads {
         #[command(subcommand)]
         action: ThreadsAction,
+    },
+    /// Serve this machine as a remote node that projects are pushed to
+    /// and items run on, or manage its keys.
+    Node {
+        #[command(subcommand)]
+        action: remote::NodeAction,
+    },
+    /// Push the project to a node, run items there, list its runs and
+    /// history, and pull what they changed (.ai/config/remotes/remotes.yaml).
+    Remote {
+        #[command(subcommand)]
+        action: remote::RemoteAction,
     },
     /// Make, show and trust signing keys.
     Keys {
@@ -713,9 +726,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => None,
     };
     let key_dir = config.key_dir();
+    let cache_dir = config.cache_dir.clone();
+    let user_base = config.user_base.clone();
     let rye = Rye::new(config).context("failed to start the host")?;
     let project = Some(std::path::absolute(&cli.project).context("the --project folder")?);
     match cli.command {
+        Command::Node { action } => {
+            let project = project.context("a project folder")?;
+            let cx = remote::Settings {
+                cache_dir: &cache_dir,
+                user_base: user_base.as_deref(),
+                system_base: rye.system_base(),
+                key_dir: key_dir.as_deref(),
+                project: &project,
+            };
+            remote::node(action, &cx, &mut out)?;
+        }
+        Command::Remote { action } => {
+            let project = project.context("a project folder")?;
+            let cx = remote::Settings {
+                cache_dir: &cache_dir,
+                user_base: user_base.as_deref(),
+                system_base: rye.system_base(),
+                key_dir: key_dir.as_deref(),
+                project: &project,
+            };
+            remote::remote(action, &cx, &mut out)?;
+        }
         Command::Search {
             scope,
             query,

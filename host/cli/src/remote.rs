@@ -1,0 +1,423 @@
+//! `rye node`: serve this machine as a remote node; `rye remote`: push a
+//! project to a node, run items there, list its runs and history, and
+//! pull what the runs changed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use rye_node::client::{self, Client, ClientError};
+use serde_json::{Value, json};
+
+#[derive(Subcommand)]
+pub enum NodeAction {
+    /// Serve the node's HTTP API: clients push projects to it and run
+    /// items on it with signed requests. The key in BOOTSTRAP_PUBLIC_KEY
+    /// (ed25519:<base64 PEM>, labelled BOOTSTRAP_LABEL) is authorized on
+    /// start.
+    Serve {
+        /// The node's folder: database, objects, key, checkouts.
+        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
+        base: Option<PathBuf>,
+        /// Where to listen (port 0 picks one; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:8321", value_name = "ADDR")]
+        listen: SocketAddr,
+        /// The name the node answers with.
+        #[arg(long, default_value = "node")]
+        name: String,
+        /// Runs at once; one more is answered 503.
+        #[arg(long, default_value_t = 8)]
+        max_concurrent: usize,
+        /// Seconds a run may take before it is killed.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// The largest request body, in bytes.
+        #[arg(long, default_value_t = 50 << 20)]
+        max_request_bytes: usize,
+    },
+    /// Authorize a key to call the node (written to the node's database,
+    /// signed by the node's key).
+    Authorize {
+        /// The public key: a PEM or trusted-key TOML file.
+        key: PathBuf,
+        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
+        base: Option<PathBuf>,
+        #[arg(long, default_value = "")]
+        label: String,
+        /// A scope granted (node.push, node.execute, node.read, or *).
+        /// Repeatable; none grants every scope.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
+    /// Print the node's identity: its fingerprint and public key.
+    Id {
+        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
+        base: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RemoteAction {
+    /// The remotes of .ai/config/remotes/remotes.yaml (project, user and
+    /// system spaces merged) and the node keys pinned for them.
+    List,
+    /// Send the project (and the user space) to the node: only what it
+    /// lacks, then move the project's head there.
+    Push {
+        #[arg(long)]
+        remote: Option<String>,
+    },
+    /// Run an item on the node, in the project as last pushed; what the
+    /// run changes is folded into the project's history there.
+    Execute {
+        /// tool, directive or knowledge.
+        kind: String,
+        id: String,
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        params: String,
+        #[arg(long)]
+        remote: Option<String>,
+        /// Return at once with the run's thread id.
+        #[arg(long = "async")]
+        run_async: bool,
+    },
+    /// The node's runs of this project, or one run.
+    Threads {
+        thread_id: Option<String>,
+        #[arg(long)]
+        remote: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// The project's snapshots on the node, newest first.
+    History {
+        #[arg(long)]
+        remote: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Bring the node's head into the project: merged three ways with
+    /// local changes; conflicting paths are left as they are and named.
+    Pull {
+        #[arg(long)]
+        remote: Option<String>,
+    },
+}
+
+/// What a node command needs of the host's settings.
+pub struct Settings<'a> {
+    pub cache_dir: &'a Path,
+    pub user_base: Option<&'a Path>,
+    pub system_base: &'a Path,
+    pub key_dir: Option<&'a Path>,
+    pub project: &'a Path,
+}
+
+fn node_base(base: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match base {
+        Some(base) => Ok(base),
+        None => rye_host::state_dir_from_env()
+            .map(|d| d.join("node"))
+            .context("no --base, RYE_NODE_BASE or state folder for the node"),
+    }
+}
+
+/// The variables a node's runs see of the node's own environment.
+const PASSED: [&str; 10] = [
+    "PATH",
+    "LANG",
+    "TMPDIR",
+    "RYE_CACHE_KEY",
+    "RYE_PRECOMPILED",
+    "RYE_POOLING",
+    "RYE_SYSTEM_SPACE",
+    "RYE_LOG",
+    "RYE_ALLOW_UNSIGNED_PROJECT",
+    "RYE_THREADS",
+];
+
+pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match action {
+        NodeAction::Serve {
+            base,
+            listen,
+            name,
+            max_concurrent,
+            timeout,
+            max_request_bytes,
+        } => {
+            let base = node_base(base)?;
+            let mut env: Vec<(String, String)> = PASSED
+                .iter()
+                .filter_map(|n| std::env::var(n).ok().map(|v| ((*n).to_owned(), v)))
+                .collect();
+            env.push((
+                "RYE_CACHE_DIR".into(),
+                cx.cache_dir.to_string_lossy().into_owned(),
+            ));
+            if let Some(state) = rye_host::state_dir_from_env() {
+                env.push(("RYE_STATE_DIR".into(), state.to_string_lossy().into_owned()));
+            }
+            let runner = rye_node::run::Runner {
+                program: std::env::current_exe().context("this program's path")?,
+                env,
+                timeout: Duration::from_secs(timeout.max(1)),
+            };
+            let mut settings = rye_node::Settings::new(base, runner);
+            settings.name = name;
+            settings.max_concurrent = max_concurrent.max(1);
+            settings.max_request_bytes = max_request_bytes.max(1 << 20);
+            settings.bootstrap = std::env::var("BOOTSTRAP_PUBLIC_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+                .map(|key| {
+                    let label = std::env::var("BOOTSTRAP_LABEL")
+                        .ok()
+                        .filter(|l| !l.is_empty())
+                        .unwrap_or_else(|| "bootstrap".into());
+                    (key, label)
+                });
+            let runs = rye_host::state_dir_from_env().map(|d| d.join("runs"));
+            rye_host::runs::init(runs);
+            runtime.block_on(async {
+                let node = rye_node::Node::open(settings).await?;
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding {listen}"))?;
+                let bound = listener.local_addr()?;
+                eprintln!("serving node fp:{} at http://{bound}", node.fingerprint());
+                tokio::select! {
+                    served = rye_node::serve(node, listener) => served?,
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                anyhow::Ok(())
+            })?;
+            rye_host::runs::stop_all();
+            Ok(())
+        }
+        NodeAction::Authorize {
+            key,
+            base,
+            label,
+            scopes,
+        } => {
+            let text = std::fs::read_to_string(&key)
+                .with_context(|| format!("reading {}", key.display()))?;
+            let public = match text.trim().strip_prefix("ed25519:") {
+                Some(_) => {
+                    rye_node::keys::read_wire_key(text.trim()).map_err(anyhow::Error::msg)?
+                }
+                None => {
+                    rye_integrity::read_public_key(&text)
+                        .with_context(|| key.display().to_string())?
+                        .0
+                }
+            };
+            let scopes = if scopes.is_empty() {
+                vec![rye_node::keys::ALL_SCOPES.to_owned()]
+            } else {
+                scopes
+            };
+            let base = node_base(base)?;
+            runtime.block_on(async {
+                let node = rye_node::Node::open(rye_node::Settings::new(
+                    base,
+                    rye_node::run::Runner {
+                        program: PathBuf::new(),
+                        env: Vec::new(),
+                        timeout: Duration::from_secs(1),
+                    },
+                ))
+                .await?;
+                node.authorize(&public, &label, &scopes)
+                    .await
+                    .map_err(anyhow::Error::msg)
+            })?;
+            writeln!(
+                out,
+                "authorized fp:{} ({})",
+                public.fingerprint(),
+                scopes.join(", ")
+            )?;
+            Ok(())
+        }
+        NodeAction::Id { base } => {
+            let base = node_base(base)?;
+            let key =
+                rye_node::keys::identity(&base.join("signing")).map_err(anyhow::Error::msg)?;
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "node_id": format!("fp:{}", key.fingerprint()),
+                    "signing_key": rye_node::keys::wire_key(key.public()),
+                }))?
+            )?;
+            Ok(())
+        }
+    }
+}
+
+fn spaces<'a>(cx: &'a Settings<'_>, user: &'a Option<PathBuf>) -> Vec<PathBuf> {
+    let mut list = vec![cx.system_base.join(".ai")];
+    if let Some(user) = user {
+        list.push(user.join(".ai"));
+    }
+    list.push(cx.project.join(".ai"));
+    list
+}
+
+fn print(out: &mut impl Write, value: &Value) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    Ok(())
+}
+
+fn failed(e: ClientError) -> anyhow::Error {
+    anyhow::Error::msg(e.to_string())
+}
+
+pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> anyhow::Result<()> {
+    let user = cx.user_base.map(Path::to_owned);
+    // The user space is the project itself when they are one folder.
+    let user =
+        user.filter(|u| std::fs::canonicalize(u).ok() != std::fs::canonicalize(cx.project).ok());
+    let space_dirs = spaces(cx, &user);
+    let space_refs: Vec<&Path> = space_dirs.iter().map(PathBuf::as_path).collect();
+    let (remotes, project_path) = client::remotes(&space_refs, cx.project).map_err(failed)?;
+    let pins = cx
+        .user_base
+        .unwrap_or(cx.project)
+        .join(".ai")
+        .join(client::KNOWN_NODES);
+    if let RemoteAction::List = action {
+        let known: Value = std::fs::read_to_string(&pins)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(json!({}));
+        let listed: Vec<Value> = remotes
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "url": r.url,
+                    "node_id": r.node_id,
+                    "timeout": r.timeout.as_secs_f64(),
+                    "pinned": known.get(format!("{} {}", r.name, r.url)).map(|fp| format!("fp:{}", fp.as_str().unwrap_or_default())),
+                })
+            })
+            .collect();
+        return print(
+            out,
+            &json!({"project_path": project_path, "remotes": listed}),
+        );
+    }
+    let name = match &action {
+        RemoteAction::Push { remote }
+        | RemoteAction::Execute { remote, .. }
+        | RemoteAction::Threads { remote, .. }
+        | RemoteAction::History { remote, .. }
+        | RemoteAction::Pull { remote } => remote.clone(),
+        RemoteAction::List => None,
+    };
+    let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
+    let key_dir = cx
+        .key_dir
+        .context("no signing key folder (set RYE_SIGNING_KEY_DIR)")?;
+    let key = rye_integrity::Keypair::load(key_dir)
+        .with_context(|| format!("the signing key that signs requests to {}", remote.name))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let answer = runtime.block_on(async {
+        let client = Client::connect(remote, key, &pins).await?;
+        match action {
+            RemoteAction::Push { .. } => {
+                let pushed = client
+                    .push(cx.project, user.as_deref(), &space_refs, &project_path)
+                    .await?;
+                Ok(json!({
+                    "status": if pushed.unchanged { "unchanged" } else { "pushed" },
+                    "remote": remote.name,
+                    "project_path": project_path,
+                    "snapshot_hash": pushed.snapshot,
+                    "project_manifest_hash": pushed.project_manifest,
+                    "user_manifest_hash": pushed.user_manifest,
+                    "asked": pushed.asked,
+                    "sent": pushed.sent,
+                    "requests": client.requests.load(std::sync::atomic::Ordering::Relaxed),
+                    "skipped": pushed.skipped.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
+                }))
+            }
+            RemoteAction::Execute {
+                kind,
+                id,
+                params,
+                run_async,
+                ..
+            } => {
+                let parameters: Value = serde_json::from_str(&params)
+                    .map_err(|e| ClientError::Local(format!("--params is not JSON: {e}")))?;
+                client
+                    .execute(&project_path, &format!("{kind}:{id}"), &parameters, run_async)
+                    .await
+            }
+            RemoteAction::Threads {
+                thread_id, limit, ..
+            } => match thread_id {
+                Some(id) => {
+                    client
+                        .call("GET", &format!("/threads/{}", client::encode(&id)), None, None)
+                        .await
+                }
+                None => {
+                    let query = format!(
+                        "limit={limit}&project_path={}",
+                        client::encode(&project_path)
+                    );
+                    client.call("GET", "/threads", Some(&query), None).await
+                }
+            },
+            RemoteAction::History { limit, .. } => {
+                let query = format!(
+                    "limit={limit}&project_path={}",
+                    client::encode(&project_path)
+                );
+                client.call("GET", "/history", Some(&query), None).await
+            }
+            RemoteAction::Pull { .. } => {
+                client.pull(cx.project, &space_refs, &project_path).await
+            }
+            RemoteAction::List => unreachable!("answered above"),
+        }
+    });
+    match answer {
+        Ok(value) => {
+            print(out, &value)?;
+            let failed_run = value.get("status").and_then(Value::as_str) == Some("error")
+                || value.get("status").and_then(Value::as_str) == Some("conflict");
+            if failed_run {
+                return Err(crate::Failed.into());
+            }
+            Ok(())
+        }
+        Err(ClientError::Node { status, body }) => {
+            print(out, &body)?;
+            out.flush()?;
+            anyhow::bail!(
+                "the node answered {status}: {}",
+                body.get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no reason given)")
+            )
+        }
+        Err(e) => Err(failed(e)),
+    }
+}

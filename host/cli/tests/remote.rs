@@ -1,0 +1,419 @@
+//! Remote execution through the real binary on both sides: a `rye node
+//! serve` process on loopback and `rye remote` clients. A project pushed,
+//! a tool run on the node writing state, its changes folded back and
+//! pulled; a push landing while a run is under way merged with it, or
+//! reported as a conflict with the head left alone; and what a run leaves
+//! that points out of its space kept out of its outputs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+
+/// A node process, killed when dropped.
+struct NodeProcess {
+    child: Child,
+    url: String,
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    root: tempfile::TempDir,
+    node: NodeProcess,
+}
+
+impl Env {
+    fn project(&self) -> PathBuf {
+        self.root.path().join("project")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        rye_in(&self.project(), &self.home(), args)
+    }
+
+    fn rye(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> Value {
+        let out = self.rye(args);
+        assert!(
+            out.status.success(),
+            "rye {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// `rye remote <args>`, its JSON answer whatever the exit.
+    fn remote(&self, args: &[&str]) -> Value {
+        let mut all = vec!["remote"];
+        all.extend_from_slice(args);
+        let out = self.rye(&all);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.project().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.project().join(rel)).unwrap_or_default()
+    }
+
+    /// Waits for a run to end; its record.
+    fn finished(&self, thread: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let shown = self.remote(&["threads", thread]);
+            if shown["status"] != "running" {
+                return shown;
+            }
+            assert!(Instant::now() < deadline, "the run did not end: {shown:#}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn rye_in(project: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+    command.args(args);
+    common::clean_env(&mut command, project, home, &common::shared_cache());
+    command
+}
+
+/// A signed project with a shell tool, a key, a node that authorizes
+/// the key, and the node configured as the project's remote.
+fn env() -> Env {
+    let root = tempfile::tempdir().unwrap();
+    let project = root.path().join("project");
+    let home = root.path().join("home");
+    let node_home = root.path().join("node-home");
+    for dir in [&project, &home, &node_home] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let out = rye_in(&project, &home, args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "rye {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["keys", "generate"]);
+    run(&["keys", "trust"]);
+    std::fs::create_dir_all(project.join(".ai/tools/demo")).unwrap();
+    std::fs::write(
+        project.join(".ai/tools/demo/shell.yaml"),
+        "version: \"1.0.0\"\ntool_type: shell\nexecutor_id: rye/core/runtimes/bash/bash\ncategory: demo\ndescription: Runs a command in the project.\n",
+    )
+    .unwrap();
+    run(&["sign", "tool", "demo/shell"]);
+    let base = root.path().join("node");
+    let public = home.join(".ai/config/keys/signing/public_key.pem");
+    let out = rye_in(
+        &node_home,
+        &node_home,
+        &[
+            "node",
+            "authorize",
+            public.to_str().unwrap(),
+            "--base",
+            base.to_str().unwrap(),
+            "--label",
+            "tester",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = rye_in(
+        &node_home,
+        &node_home,
+        &[
+            "node",
+            "serve",
+            "--base",
+            base.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines
+        .next()
+        .expect("the node says where it serves")
+        .unwrap();
+    let url = first
+        .split(" at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{first}"))
+        .trim()
+        .to_owned();
+    // Keep draining what the node logs.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    std::fs::create_dir_all(project.join(".ai/config/remotes")).unwrap();
+    std::fs::write(
+        project.join(".ai/config/remotes/remotes.yaml"),
+        format!("defaults: {{timeout: 120}}\nproject_path: demo-project\nremotes:\n  default: {{url: \"{url}\"}}\n"),
+    )
+    .unwrap();
+    Env {
+        root,
+        node: NodeProcess { child, url },
+    }
+}
+
+fn shell(command: &str) -> String {
+    json!({"command": command}).to_string()
+}
+
+#[test]
+fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    let pushed = env.ok(&["remote", "push"]);
+    assert_eq!(pushed["status"], "pushed", "{pushed:#}");
+    assert!(pushed["sent"].as_u64().unwrap() > 0);
+    let pinned = env.ok(&["remote", "list"]);
+    assert!(
+        pinned["remotes"][0]["pinned"]
+            .as_str()
+            .unwrap()
+            .starts_with("fp:"),
+        "{pinned:#}"
+    );
+
+    // Unchanged: one request, the same snapshot.
+    let again = env.ok(&["remote", "push"]);
+    assert_eq!(again["status"], "unchanged", "{again:#}");
+    assert_eq!(again["requests"], 1);
+    assert_eq!(again["snapshot_hash"], pushed["snapshot_hash"]);
+
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell(
+            "mkdir -p .ai/knowledge/state .ai/state/reports && echo '# seen' > .ai/knowledge/state/seen.md && echo 42 > .ai/state/reports/answer.txt",
+        ),
+    ]);
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    assert_eq!(ran["result"]["status"], "success", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    assert_eq!(ran["snapshot_hash"], pushed["snapshot_hash"]);
+    let outputs = ran["runtime_output_files"].as_object().unwrap();
+    let paths: Vec<&str> = outputs.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            ".ai/knowledge/state/seen.md",
+            ".ai/state/reports/answer.txt"
+        ],
+        "{ran:#}"
+    );
+    // The run's own records never count as its outputs, nor do they
+    // linger on the node.
+    assert!(!paths.iter().any(|p| p.starts_with(".ai/state/threads")));
+    let executions = env.root.path().join("node/executions");
+    assert_eq!(std::fs::read_dir(&executions).unwrap().count(), 0);
+
+    let history = env.ok(&["remote", "history"]);
+    let sources: Vec<&str> = history["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["execution", "push"], "{history:#}");
+    assert_eq!(history["head"], ran["head"]);
+    assert_eq!(
+        history["snapshots"][0]["metadata"]["thread_id"],
+        ran["thread_id"]
+    );
+
+    let threads = env.ok(&["remote", "threads"]);
+    assert_eq!(threads["threads"][0]["thread_id"], ran["thread_id"]);
+    assert_eq!(threads["threads"][0]["status"], "completed");
+
+    // A local change the node has not seen stays through the pull.
+    env.write(".ai/knowledge/notes/local.md", "# local\n");
+    let pulled = env.ok(&["remote", "pull"]);
+    assert_eq!(pulled["status"], "merged", "{pulled:#}");
+    assert_eq!(env.read(".ai/knowledge/state/seen.md"), "# seen\n");
+    assert_eq!(env.read(".ai/knowledge/notes/local.md"), "# local\n");
+    let up = env.ok(&["remote", "pull"]);
+    assert_eq!(up["status"], "up-to-date");
+    // The next push carries the local note on top of the run's.
+    let next = env.ok(&["remote", "push"]);
+    assert_eq!(next["status"], "pushed", "{next:#}");
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["snapshots"][1]["_hash"], ran["head"]);
+}
+
+#[test]
+fn a_push_during_a_run_is_merged_and_a_clash_is_a_conflict_leaving_the_head() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let gate = env.root.path().join("gate");
+    let wait = format!(
+        "while [ ! -e {g} ]; do sleep 0.05; done; rm {g}; ",
+        g = gate.display()
+    );
+
+    // The run adds a note while the client pushes another.
+    let started = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell(&format!(
+            "{wait}mkdir -p .ai/knowledge/state && echo '# run' > .ai/knowledge/state/run.md"
+        )),
+    ]);
+    assert_eq!(started["status"], "accepted", "{started:#}");
+    env.write(".ai/knowledge/notes/b.md", "# b\n");
+    let pushed = env.ok(&["remote", "push"]);
+    std::fs::write(&gate, "").unwrap();
+    let merged = env.finished(started["thread_id"].as_str().unwrap());
+    assert_eq!(merged["merge_type"], "merge", "{merged:#}");
+    let history = env.ok(&["remote", "history"]);
+    let head = &history["snapshots"][0];
+    assert_eq!(head["source"], "merge", "{history:#}");
+    assert_eq!(head["parent_hashes"][0], pushed["snapshot_hash"]);
+    assert_eq!(head["parent_hashes"][1], merged["run_snapshot_hash"]);
+    env.ok(&["remote", "pull"]);
+    assert_eq!(env.read(".ai/knowledge/state/run.md"), "# run\n");
+    assert_eq!(env.read(".ai/knowledge/notes/b.md"), "# b\n");
+
+    // Now both change the same note.
+    let started = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell(&format!(
+            "{wait}echo '# the run says' > .ai/knowledge/notes/a.md"
+        )),
+    ]);
+    env.write(".ai/knowledge/notes/a.md", "# the user says\n");
+    let pushed = env.ok(&["remote", "push"]);
+    std::fs::write(&gate, "").unwrap();
+    let clash = env.finished(started["thread_id"].as_str().unwrap());
+    assert_eq!(clash["merge_type"], "conflict", "{clash:#}");
+    assert_eq!(
+        clash["conflicts"][".ai/knowledge/notes/a.md"]["type"], "content",
+        "{clash:#}"
+    );
+    assert!(clash["unmerged_snapshot"].is_string());
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(
+        history["head"], pushed["snapshot_hash"],
+        "a conflict leaves the head where the push put it"
+    );
+}
+
+#[test]
+fn what_a_run_leaves_pointing_out_of_its_space_is_not_an_output() {
+    let env = env();
+    env.ok(&["remote", "push"]);
+    let outside = env.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "not for the node").unwrap();
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell(&format!(
+            "mkdir -p .ai/state .ai/knowledge && ln -s {o}/secret.txt .ai/state/link.txt && ln -s {o} .ai/knowledge/state && echo fine > .ai/state/plain.txt",
+            o = outside.display()
+        )),
+    ]);
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    let outputs: Vec<&String> = ran["runtime_output_files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(outputs, [".ai/state/plain.txt"], "{ran:#}");
+    let skipped = ran["skipped_outputs"].to_string();
+    assert!(skipped.contains(".ai/state/link.txt"), "{ran:#}");
+    assert!(skipped.contains(".ai/knowledge/state"), "{ran:#}");
+    // The linked folder's files are no items of the project either.
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(
+        history["snapshots"].as_array().unwrap().len(),
+        1,
+        "a no-op: {history:#}"
+    );
+    assert_eq!(ran["merge_type"], "no-op");
+}
+
+#[test]
+fn bad_remote_requests_are_answered_with_what_is_wrong() {
+    let env = env();
+    // Never pushed: nothing to run in.
+    let out = env.rye(&["remote", "execute", "tool", "demo/shell", "--params", "{}"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never pushed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.ok(&["remote", "push"]);
+    for id in ["../../etc/passwd", "-rf", "a//b"] {
+        let out = env.rye(&["remote", "execute", "tool", "--", id]);
+        assert!(!out.status.success(), "{id}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("answered 400"),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = env.rye(&["remote", "push", "--remote", "elsewhere"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there are: default"));
+    let missing = env.remote(&["threads", "rye-remote-none-1"]);
+    assert!(missing["error"].as_str().unwrap().contains("no thread"));
+    assert!(env.node.url.starts_with("http://127.0.0.1:"));
+}
