@@ -105,6 +105,74 @@ pub enum RemoteAction {
         #[arg(long)]
         remote: Option<String>,
     },
+    /// Do what the JSON request on stdin asks ({"action": "push" |
+    /// "execute" | "threads" | "history" | "pull" | "list", ...}): the
+    /// system tool rye/core/remote/remote runs this.
+    #[command(hide = true)]
+    Manage,
+}
+
+/// The request `rye remote manage` reads.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManageRequest {
+    action: String,
+    #[serde(default)]
+    remote: Option<String>,
+    #[serde(default)]
+    item_type: Option<String>,
+    #[serde(default)]
+    item_id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default, rename = "async")]
+    run_async: bool,
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// At most this much of a request is read from stdin.
+const MANAGE_REQUEST_BYTES: u64 = 16 << 20;
+
+impl ManageRequest {
+    fn read(input: impl std::io::Read) -> anyhow::Result<RemoteAction> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        input
+            .take(MANAGE_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .context("reading the request on stdin")?;
+        if text.len() as u64 > MANAGE_REQUEST_BYTES {
+            anyhow::bail!("the request is larger than {MANAGE_REQUEST_BYTES} bytes");
+        }
+        let request: ManageRequest =
+            serde_json::from_str(&text).context("the request is not a remote request")?;
+        let remote = request.remote;
+        let limit = request.limit.unwrap_or(20);
+        Ok(match request.action.as_str() {
+            "list" => RemoteAction::List,
+            "push" => RemoteAction::Push { remote },
+            "pull" => RemoteAction::Pull { remote },
+            "history" => RemoteAction::History { remote, limit },
+            "threads" => RemoteAction::Threads {
+                thread_id: request.thread_id,
+                remote,
+                limit,
+            },
+            "execute" => RemoteAction::Execute {
+                kind: request.item_type.unwrap_or_else(|| "tool".into()),
+                id: request.item_id.context("execute needs an item_id")?,
+                params: request.parameters.unwrap_or_else(|| json!({})).to_string(),
+                remote,
+                run_async: request.run_async,
+            },
+            other => anyhow::bail!(
+                "action {other:?} is not push, execute, threads, history, pull or list"
+            ),
+        })
+    }
 }
 
 /// What a node command needs of the host's settings.
@@ -284,6 +352,10 @@ fn failed(e: ClientError) -> anyhow::Error {
 }
 
 pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> anyhow::Result<()> {
+    let action = match action {
+        RemoteAction::Manage => ManageRequest::read(std::io::stdin().lock())?,
+        action => action,
+    };
     let user = cx.user_base.map(Path::to_owned);
     // The user space is the project itself when they are one folder.
     let user =
@@ -324,7 +396,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Threads { remote, .. }
         | RemoteAction::History { remote, .. }
         | RemoteAction::Pull { remote } => remote.clone(),
-        RemoteAction::List => None,
+        RemoteAction::List | RemoteAction::Manage => None,
     };
     let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
     let key_dir = cx
@@ -395,7 +467,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
             RemoteAction::Pull { .. } => {
                 client.pull(cx.project, &space_refs, &project_path).await
             }
-            RemoteAction::List => unreachable!("answered above"),
+            RemoteAction::List | RemoteAction::Manage => unreachable!("answered above"),
         }
     });
     match answer {

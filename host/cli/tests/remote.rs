@@ -417,3 +417,90 @@ fn bad_remote_requests_are_answered_with_what_is_wrong() {
     assert!(missing["error"].as_str().unwrap().contains("no thread"));
     assert!(env.node.url.starts_with("http://127.0.0.1:"));
 }
+
+/// `execute` with `target: remote` from a real MCP client: the tool runs
+/// on the node through the system tool `rye/core/remote/remote`, and the
+/// argument rules refuse what cannot run remotely.
+#[test]
+fn an_mcp_client_runs_a_tool_on_the_node_with_target_remote() {
+    use rmcp::ServiceExt as _;
+    use rmcp::model::CallToolRequestParams;
+
+    let env = env();
+    env.ok(&["remote", "push"]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+        command.arg("serve");
+        common::clean_env(
+            command.as_std_mut(),
+            &env.project(),
+            &env.home(),
+            &common::shared_cache(),
+        );
+        let client = ()
+            .serve(rmcp::transport::TokioChildProcess::new(command).unwrap())
+            .await
+            .unwrap();
+        let execute = |extra: Value| {
+            let mut arguments = json!({
+                "item_type": "tool",
+                "item_id": "demo/shell",
+                "project_path": env.project(),
+                "parameters": {"command": "mkdir -p .ai/knowledge/state && echo '# via mcp' > .ai/knowledge/state/mcp.md"},
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                arguments[k] = v.clone();
+            }
+            let Value::Object(arguments) = arguments else {
+                unreachable!()
+            };
+            CallToolRequestParams::new("execute").with_arguments(arguments)
+        };
+        let ran = client
+            .call_tool(execute(json!({"target": "remote"})))
+            .await
+            .unwrap()
+            .structured_content
+            .unwrap();
+        assert_eq!(ran["status"], "success", "{ran:#}");
+        assert_eq!(ran["execution_mode"], "remote", "{ran:#}");
+        assert_eq!(ran["item_id"], "demo/shell");
+        assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+        assert!(ran["thread_id"].as_str().unwrap().starts_with("rye-remote-demo-shell-"));
+
+        let named = client
+            .call_tool(execute(json!({"target": "remote:default", "parameters": {"command": "true"}})))
+            .await
+            .unwrap()
+            .structured_content
+            .unwrap();
+        assert_eq!(named["merge_type"], "no-op", "{named:#}");
+
+        for (extra, needle) in [
+            (json!({"target": "remote:"}), "remote name cannot be empty"),
+            (json!({"target": "elsewhere"}), "Unknown target"),
+            (json!({"target": "remote", "dry_run": true}), "dry run"),
+            (json!({"target": "remote:nowhere"}), "no remote nowhere"),
+            (json!({"target": "remote", "item_type": "directive"}), "directive"),
+            (json!({"target": "remote", "item_type": "knowledge"}), "target must be local"),
+        ] {
+            let refused = client
+                .call_tool(execute(extra.clone()))
+                .await
+                .unwrap()
+                .structured_content
+                .unwrap();
+            assert_eq!(refused["status"], "error", "{extra}: {refused:#}");
+            assert!(
+                refused["error"].as_str().unwrap().contains(needle),
+                "{needle} not in {refused:#}"
+            );
+        }
+        client.cancel().await.unwrap();
+    });
+}

@@ -62,23 +62,59 @@ pub struct ExecuteArgs {
     pub run_async: bool,
 }
 
+/// Where an execution runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Local,
+    /// On a node of the project's remotes: the one named, or the default.
+    Remote(Option<String>),
+}
+
 impl ExecuteArgs {
-    /// Why this host cannot run the call as asked, for modes it does not
-    /// have yet.
-    pub(crate) fn unsupported_mode(&self) -> Option<String> {
-        if self.target != "local" {
-            return Some(format!(
-                "target {:?} is not available: this host runs items locally only",
-                self.target
-            ));
-        }
+    /// Where the call runs, or why it cannot run as asked: `local`,
+    /// `remote` or `remote:<name>`; a tool runs locally or remotely, a
+    /// directive or knowledge entry locally, always inline; a remote run
+    /// is never a dry run.
+    pub(crate) fn target(&self) -> Result<Target, String> {
+        let target = match self.target.as_str() {
+            "local" => Target::Local,
+            "remote" => Target::Remote(None),
+            other => match other.strip_prefix("remote:") {
+                Some("") => return Err("remote name cannot be empty".into()),
+                Some(name) => Target::Remote(Some(name.to_owned())),
+                None => {
+                    return Err(format!(
+                        "Unknown target {other:?}: local, remote or remote:<name>"
+                    ));
+                }
+            },
+        };
         if self.thread != "inline" {
-            return Some(format!(
+            return Err(format!(
                 "thread {:?} is not available: this host runs items inline only",
                 self.thread
             ));
         }
-        None
+        if target != Target::Local {
+            match self.item_type {
+                ItemKind::Tool => {}
+                ItemKind::Directive => {
+                    return Err(
+                        "a directive runs remotely only in a thread of its own (thread \"fork\"), which this host does not have".into(),
+                    );
+                }
+                _ => {
+                    return Err(format!(
+                        "a {} is read where it is asked for: target must be local",
+                        self.item_type
+                    ));
+                }
+            }
+            if self.dry_run {
+                return Err("a dry run checks the chain here: target must be local".into());
+            }
+        }
+        Ok(target)
     }
 }
 

@@ -39,7 +39,9 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use rye_host::{ErrorReply, ExecuteRequest, LoadRequest, Rye, SignAllReply, SignReply, Space};
+use rye_host::{
+    ErrorReply, ExecuteRequest, ItemKind, LoadRequest, Rye, SignAllReply, SignReply, Space,
+};
 use serde_json::{Value, json};
 
 pub use args::{ExecuteArgs, LoadArgs, SearchArgs, SignArgs};
@@ -94,8 +96,12 @@ impl RyeServer {
     }
 
     async fn execute(&self, args: ExecuteArgs, context: &RequestContext<RoleServer>) -> Value {
-        if let Some(refusal) = args.unsupported_mode() {
-            return ErrorReply::new(refusal).of_id(&args.item_id).to_value();
+        let target = match args.target() {
+            Ok(target) => target,
+            Err(refusal) => return ErrorReply::new(refusal).of_id(&args.item_id).to_value(),
+        };
+        if let args::Target::Remote(remote) = target {
+            return self.execute_remote(&args, remote).await;
         }
         let request = ExecuteRequest {
             parameters: args.parameters.clone().unwrap_or_else(|| json!({})),
@@ -138,6 +144,28 @@ impl RyeServer {
                 }
             }
         }
+    }
+
+    /// Runs the tool on a node through the system tool
+    /// `rye/core/remote/remote`; its answer with `execution_mode: remote`.
+    async fn execute_remote(&self, args: &ExecuteArgs, remote: Option<String>) -> Value {
+        let mut parameters = json!({
+            "action": "execute",
+            "item_type": args.item_type.to_string(),
+            "item_id": args.item_id,
+            "parameters": args.parameters.clone().unwrap_or_else(|| json!({})),
+            "async": args.run_async,
+        });
+        if let Some(remote) = remote {
+            parameters["remote"] = json!(remote);
+        }
+        let request = ExecuteRequest {
+            parameters,
+            project: Some(PathBuf::from(&args.project_path)),
+            ..ExecuteRequest::new(ItemKind::Tool, REMOTE_TOOL.to_owned())
+        };
+        let ran = self.rye.execute(&request).await;
+        remote_reply(args, ran)
     }
 
     /// Runs blocking host work (parsing, signing) off the reactor.
@@ -201,6 +229,53 @@ impl RyeServer {
         })
         .await
     }
+}
+
+/// The system tool that runs items on nodes.
+const REMOTE_TOOL: &str = "rye/core/remote/remote";
+
+/// The reply to a remote execution, from what the remote tool returned:
+/// the node's record (its status `success` unless the run failed, the
+/// node's own as `remote_status`) with `execution_mode: remote`; a
+/// failure of the tool itself as it is, naming the item asked for.
+fn remote_reply(args: &ExecuteArgs, ran: Value) -> Value {
+    let mut reply = serde_json::Map::new();
+    let data = match ran.get("status").and_then(Value::as_str) {
+        Some("success") => ran.get("data").cloned().unwrap_or(Value::Null),
+        _ => {
+            let mut failed = ran;
+            failed["item_id"] = json!(args.item_id);
+            failed["execution_mode"] = json!("remote");
+            return failed;
+        }
+    };
+    let remote_status = data
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("success");
+    reply.insert(
+        "status".into(),
+        json!(if remote_status == "error" {
+            "error"
+        } else {
+            "success"
+        }),
+    );
+    reply.insert("type".into(), json!(args.item_type.to_string()));
+    reply.insert("item_id".into(), json!(args.item_id));
+    reply.insert("execution_mode".into(), json!("remote"));
+    reply.insert("remote_status".into(), json!(remote_status));
+    if let Value::Object(fields) = data {
+        for (key, value) in fields {
+            if !matches!(key.as_str(), "status" | "success" | "item_id") {
+                reply.insert(key, value);
+            }
+        }
+    }
+    if let Some(metadata) = ran.get("metadata") {
+        reply.insert("metadata".into(), metadata.clone());
+    }
+    Value::Object(reply)
 }
 
 fn invalid(message: &str) -> McpError {

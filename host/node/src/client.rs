@@ -448,15 +448,17 @@ pub struct Pushed {
 }
 
 /// The hashes of `manifest` (a stored manifest object) and of what it
-/// names that `known` (the manifest the node acknowledged) does not.
+/// names that `known` (the manifest the node acknowledged) does not; and
+/// when `known` is in the project's store, the manifest as a delta from
+/// it.
 async fn new_hashes(
     cas: &Cas<LocalStorage>,
     manifest: &ContentHash,
     known: Option<&str>,
     out: &mut BTreeSet<String>,
-) -> Result<(), ClientError> {
+) -> Result<Option<Value>, ClientError> {
     if known == Some(manifest.hex().as_str()) {
-        return Ok(());
+        return Ok(None);
     }
     let read = |hash: ContentHash| async move {
         cas.get_object(&hash)
@@ -465,13 +467,14 @@ async fn new_hashes(
             .ok_or_else(|| ClientError::Local(format!("object {} is missing", hash.hex())))
     };
     let new = Tree::of_manifest(&read(*manifest).await?);
-    let old = match known.and_then(|k| k.parse::<ContentHash>().ok()) {
-        Some(hash) => match cas.get_object(&hash).await.map_err(local)? {
-            Some(value) => Tree::of_manifest(&value),
-            None => Tree::default(),
-        },
-        None => Tree::default(),
+    let known_value = match known.and_then(|k| k.parse::<ContentHash>().ok()) {
+        Some(hash) => cas.get_object(&hash).await.map_err(local)?,
+        None => None,
     };
+    let old = known_value
+        .as_ref()
+        .map(Tree::of_manifest)
+        .unwrap_or_default();
     out.insert(manifest.hex());
     let known_items: BTreeSet<&String> = old.items.values().collect();
     let known_files: BTreeSet<&String> = old.files.values().collect();
@@ -491,7 +494,25 @@ async fn new_hashes(
             out.insert(hash.clone());
         }
     }
-    Ok(())
+    let delta = known_value.map(|_| {
+        let changes = |old: &BTreeMap<String, String>, new: &BTreeMap<String, String>| {
+            let mut changed = serde_json::Map::new();
+            for (path, hash) in new {
+                if old.get(path) != Some(hash) {
+                    changed.insert(path.clone(), json!(hash));
+                }
+            }
+            for path in old.keys() {
+                if !new.contains_key(path) {
+                    changed.insert(path.clone(), Value::Null);
+                }
+            }
+            Value::Object(changed)
+        };
+        json!({"base": known, "items": changes(&old.items, &new.items),
+               "files": changes(&old.files, &new.files)})
+    });
+    Ok(delta)
 }
 
 impl Client {
@@ -501,10 +522,15 @@ impl Client {
         &self,
         cas: &Cas<LocalStorage>,
         wanted: &BTreeSet<String>,
+        deltas: &BTreeMap<String, Value>,
+        ask_first: bool,
     ) -> Result<usize, ClientError> {
         let wanted: Vec<&String> = wanted.iter().collect();
         let mut missing = Vec::new();
-        for batch in wanted.chunks(self.max_batch.max(1)) {
+        if !ask_first {
+            missing.extend(wanted.iter().map(|h| (*h).clone()));
+        }
+        for batch in wanted.chunks(self.max_batch.max(1)).filter(|_| ask_first) {
             let answer = self
                 .call(
                     "POST",
@@ -529,6 +555,12 @@ impl Client {
         let budget = self.max_request_bytes.saturating_sub(64 << 10).max(1 << 20);
         let mut sent = 0;
         for hash in &missing {
+            if let Some(delta) = deltas.get(hash) {
+                let entry = json!({"hash": hash, "kind": "object", "delta": delta});
+                size += entry.to_string().len();
+                entries.push(entry);
+                continue;
+            }
             let parsed: ContentHash = hash.parse().map_err(local)?;
             let (kind, bytes) = match cas.get_blob(&parsed).await.map_err(local)? {
                 Some(bytes) => ("blob", bytes),
@@ -541,7 +573,14 @@ impl Client {
                     }
                 },
             };
-            let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            // UTF-8 goes as it is; anything else as base64.
+            let (field, data) = match String::from_utf8(bytes) {
+                Ok(text) => ("text", text),
+                Err(e) => (
+                    "data",
+                    base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+                ),
+            };
             let cost = data.len() + 120;
             if !entries.is_empty() && (size + cost > budget || entries.len() >= self.max_batch) {
                 self.call(
@@ -556,7 +595,7 @@ impl Client {
                 size = 0;
             }
             size += cost;
-            entries.push(json!({"hash": hash, "kind": kind, "data": data}));
+            entries.push(json!({"hash": hash, "kind": kind, field: data}));
         }
         if !entries.is_empty() {
             self.call(
@@ -569,6 +608,48 @@ impl Client {
             sent += entries.len();
         }
         Ok(sent)
+    }
+
+    /// Sends what the node lacks of the manifests `built` and `user` and
+    /// all they name, knowing it holds `known_project` and `known_user`
+    /// and all they name; how many hashes were asked about and sent.
+    async fn send_content(
+        &self,
+        cas: &Cas<LocalStorage>,
+        built: &ContentHash,
+        user: Option<&ContentHash>,
+        known_project: Option<&str>,
+        known_user: Option<&str>,
+    ) -> Result<(usize, usize), ClientError> {
+        let mut wanted = BTreeSet::new();
+        let mut deltas = BTreeMap::new();
+        let delta = new_hashes(cas, built, known_project, &mut wanted).await?;
+        // What changed since the node's acknowledgement is sent without
+        // asking first: the node lacks it, but for a rare revert.
+        let mut ask_first = true;
+        if let Some(delta) = delta {
+            deltas.insert(built.hex(), delta);
+            ask_first = false;
+        }
+        if let Some(u) = user {
+            let delta = new_hashes(cas, u, known_user, &mut wanted).await?;
+            match delta {
+                Some(delta) => {
+                    deltas.insert(u.hex(), delta);
+                }
+                None if known_user != Some(u.hex().as_str()) => {
+                    ask_first = true;
+                }
+                None => {}
+            }
+        }
+        let asked = if ask_first { wanted.len() } else { 0 };
+        let sent = if wanted.is_empty() {
+            0
+        } else {
+            self.send_missing(cas, &wanted, &deltas, ask_first).await?
+        };
+        Ok((asked, sent))
     }
 
     /// Pushes the project at `project` (and the user space at `user`)
@@ -596,23 +677,31 @@ impl Client {
             ),
             None => None,
         };
-        let mut wanted = BTreeSet::new();
-        new_hashes(
-            &cas,
-            &built.hash,
-            last.project_manifest.as_deref(),
-            &mut wanted,
-        )
-        .await?;
         if let Some(u) = &user_built {
             skipped.extend(u.skipped.iter().cloned());
-            new_hashes(&cas, &u.hash, last.user_manifest.as_deref(), &mut wanted).await?;
         }
-        let asked = wanted.len();
-        let sent = if wanted.is_empty() {
-            0
-        } else {
-            self.send_missing(&cas, &wanted).await?
+        let user_hash = user_built.as_ref().map(|u| u.hash);
+        let (asked, sent) = match self
+            .send_content(
+                &cas,
+                &built.hash,
+                user_hash.as_ref(),
+                last.project_manifest.as_deref(),
+                last.user_manifest.as_deref(),
+            )
+            .await
+        {
+            // The node no longer holds what it acknowledged: everything is
+            // offered again.
+            Err(ClientError::Node { status: 400, .. })
+                if last.project_manifest.is_some() || last.user_manifest.is_some() =>
+            {
+                last.project_manifest = None;
+                last.user_manifest = None;
+                self.send_content(&cas, &built.hash, user_hash.as_ref(), None, None)
+                    .await?
+            }
+            other => other?,
         };
         if let Some(u) = &user_built
             && last.user_manifest.as_deref() != Some(u.hash.hex().as_str())

@@ -485,12 +485,94 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
             ),
         ));
     }
+    let request = expand_deltas(&node, &call.principal, request).await?;
     let cas = node.cas();
     let answer = objects::put(&cas, &request).await;
     // Whatever reached the store is the principal's, even if a later
     // entry failed to write.
     node.hold(&call.principal, &cas).await?;
     ok(answer.map_err(refused)?)
+}
+
+/// At most this many manifests may come as deltas in one `put`.
+const MAX_DELTAS: usize = 4;
+
+/// A `put`'s manifests sent as changes to one the principal holds
+/// (`{hash, kind: "object", delta: {base, items: {path: hash | null},
+/// files: {...}}}`, `null` removing a path) made whole again, so a push
+/// of a large project with a few changes sends only the changes. The
+/// whole manifest is then checked against its hash as any object is.
+async fn expand_deltas(node: &Node, principal: &str, mut request: Value) -> Result<Value, Reply> {
+    let Some(entries) = request.get_mut("entries").and_then(Value::as_array_mut) else {
+        return Ok(request);
+    };
+    let bad = |message: String| error(StatusCode::BAD_REQUEST, message);
+    let mut expanded = 0;
+    for entry in entries.iter_mut() {
+        let Some(delta) = entry.get("delta") else {
+            continue;
+        };
+        expanded += 1;
+        if expanded > MAX_DELTAS {
+            return Err(bad(format!(
+                "more than {MAX_DELTAS} manifests sent as deltas"
+            )));
+        }
+        let base = delta
+            .get("base")
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse::<ContentHash>().ok())
+            .ok_or_else(|| bad("a delta names no base manifest".into()))?;
+        let held = node
+            .db
+            .holdings(principal, &[base.hex()])
+            .await
+            .map_err(internal)?;
+        if held.get(&base.hex()).and_then(|h| h.object_kind.as_deref()) != Some("source_manifest") {
+            return Err(bad(format!(
+                "a delta's base {} is no manifest this key holds",
+                base.hex()
+            )));
+        }
+        let mut manifest = node
+            .cas()
+            .get_object(&base)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| internal(format!("manifest {} is gone from the store", base.hex())))?;
+        for section in ["items", "files"] {
+            let Some(changes) = delta.get(section) else {
+                continue;
+            };
+            let changes = changes
+                .as_object()
+                .ok_or_else(|| bad(format!("a delta's {section} is not a map")))?;
+            if !manifest.get(section).is_some_and(Value::is_object) {
+                manifest[section] = json!({});
+            }
+            let paths = manifest[section].as_object_mut().expect("made a map above");
+            for (path, hash) in changes {
+                match hash {
+                    Value::Null => {
+                        paths.remove(path);
+                    }
+                    Value::String(_) => {
+                        paths.insert(path.clone(), hash.clone());
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "a delta's {section}.{path} is no hash or null"
+                        )));
+                    }
+                }
+            }
+        }
+        // Paths were inserted out of order; the canonical form sorts them.
+        let text = String::from_utf8(rye_cas::canonical::to_vec(&manifest)).map_err(internal)?;
+        let hash = entry.get("hash").cloned().unwrap_or(Value::Null);
+        *entry = json!({"hash": hash, "kind": "object", "text": text});
+    }
+    Ok(request)
 }
 
 async fn objects_get(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {

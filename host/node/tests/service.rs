@@ -81,6 +81,7 @@ async fn raw(
         query,
         body: &bytes,
     };
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let mut builder = http.request(
         reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
@@ -226,8 +227,9 @@ async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope(
     .await;
     assert_eq!(status, 401, "another node's audience");
 
-    // 301 seconds old, and 301 seconds ahead.
-    for at in [now() - 301, now() + 301] {
+    // 301 seconds old, and ahead (by a margin for the time the request
+    // takes to arrive).
+    for at in [now() - 301, now() + 305] {
         let (status, answer) = raw(
             (&served.url, &fp),
             &alice,
@@ -351,6 +353,24 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
         None
     );
 
+    // A manifest sent as a delta: from a base this key does not hold, and
+    // one whose result is not the hash it claims.
+    for (base, claimed, needle) in [
+        (
+            absent.as_str(),
+            manifest_hash.as_str(),
+            "no manifest this key holds",
+        ),
+        (manifest_hash.as_str(), manifest_hash.as_str(), "hashes to"),
+    ] {
+        let delta = json!({"entries": [{"hash": claimed, "kind": "object",
+            "delta": {"base": base, "items": {".ai/knowledge/b.md": absent}}}]});
+        let (status, answer) =
+            fresh((&served.url, &fp), &alice, "POST", "/objects/put", &delta).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.to_string().contains(needle), "{needle}: {answer}");
+    }
+
     // Another principal's objects are not this one's: bob cannot push a
     // manifest alice stored, nor read it.
     let bob = Keypair::generate().unwrap();
@@ -435,6 +455,18 @@ async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_h
         1
     );
 
+    // One note changed: sent without asking, the manifest as a delta.
+    std::fs::write(first.join(".ai/knowledge/notes/n1.md"), "# changed\n").unwrap();
+    let before = client.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let changed = client.push(&first, None, &[], "shared").await.unwrap();
+    assert_eq!((changed.asked, changed.sent), (0, 3), "{changed:?}");
+    assert_eq!(
+        client.requests.load(std::sync::atomic::Ordering::Relaxed) - before,
+        2,
+        "a put and a push"
+    );
+    let base = changed;
+
     let mut racers = Vec::new();
     for i in 0..20 {
         let folder = dir.path().join(format!("c{i}"));
@@ -498,7 +530,12 @@ async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_h
         .iter()
         .map(|s| s["_hash"].as_str().unwrap())
         .collect();
-    assert_eq!(hashes, [landed[0].as_str(), base.snapshot.as_str()]);
+    assert_eq!(hashes[..2], [landed[0].as_str(), base.snapshot.as_str()]);
+    assert_eq!(
+        hashes.len(),
+        3,
+        "the first push, the change, the race's winner"
+    );
 }
 
 /// A node at `base` serving on `addr`, authorizing `alice`.

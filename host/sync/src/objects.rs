@@ -3,10 +3,12 @@
 //!
 //! - `has {hashes}` → `{present, missing}`;
 //! - `put {entries: [{hash, kind: blob|object, data: base64}]}` →
-//!   `{stored}`. Every hash is computed again from the bytes (an object's
-//!   from its canonical form, so any spelling of the same JSON is
-//!   accepted) and every entry checked before anything is stored: one bad
-//!   entry and the answer is a 400 listing `errors`, with nothing stored;
+//!   `{stored}`; content that is UTF-8 may come as `text` instead of
+//!   `data`, sparing base64's third. Every hash is computed again from
+//!   the bytes (an object's from its canonical form, so any spelling of
+//!   the same JSON is accepted) and every entry checked before anything
+//!   is stored: one bad entry and the answer is a 400 listing `errors`,
+//!   with nothing stored;
 //! - `get {hashes}` → `{entries}`, blobs first, objects canonical, what is
 //!   missing left out.
 //!
@@ -93,13 +95,17 @@ enum Checked {
 
 fn check_entry(entry: &Value) -> Result<(ContentHash, Checked), String> {
     let hash = hash_of(entry.get("hash").unwrap_or(&Value::Null))?;
-    let data = entry
-        .get("data")
-        .and_then(Value::as_str)
-        .ok_or("no data (base64 text)")?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .map_err(|e| format!("the data is not base64: {e}"))?;
+    let bytes = match (entry.get("data"), entry.get("text")) {
+        (Some(data), None) => base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().ok_or("the data is not text")?)
+            .map_err(|e| format!("the data is not base64: {e}"))?,
+        (None, Some(text)) => text
+            .as_str()
+            .ok_or("the text is not text")?
+            .as_bytes()
+            .to_vec(),
+        _ => return Err("neither data (base64) nor text (UTF-8), or both".into()),
+    };
     match entry.get("kind").and_then(Value::as_str) {
         Some("blob") => {
             let actual = ContentHash::of(&bytes);
