@@ -425,6 +425,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     "asked": pushed.asked,
                     "sent": pushed.sent,
                     "requests": client.requests.load(std::sync::atomic::Ordering::Relaxed),
+                    "sent_bytes": client.sent_bytes.load(std::sync::atomic::Ordering::Relaxed),
                     "skipped": pushed.skipped.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
                 }))
             }
