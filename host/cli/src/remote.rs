@@ -101,9 +101,18 @@ pub enum RemoteAction {
     },
     /// Bring the node's head into the project: merged three ways with
     /// local changes; conflicting paths are left as they are and named.
+    /// With --thread, only the files one run left under .ai/state/ and
+    /// .ai/knowledge/state/ (also of a run whose fold-back conflicted).
     Pull {
         #[arg(long)]
         remote: Option<String>,
+        /// The run whose outputs to write.
+        #[arg(long = "thread", value_name = "THREAD_ID")]
+        thread_id: Option<String>,
+        /// With --thread: overwrite outputs changed locally since the run
+        /// started (they are kept and named otherwise).
+        #[arg(long, requires = "thread_id")]
+        force: bool,
     },
     /// Do what the JSON request on stdin asks ({"action": "push" |
     /// "execute" | "threads" | "history" | "pull" | "list", ...}): the
@@ -131,6 +140,8 @@ struct ManageRequest {
     thread_id: Option<String>,
     #[serde(default)]
     limit: Option<u32>,
+    #[serde(default)]
+    force: bool,
 }
 
 /// At most this much of a request is read from stdin.
@@ -154,7 +165,11 @@ impl ManageRequest {
         Ok(match request.action.as_str() {
             "list" => RemoteAction::List,
             "push" => RemoteAction::Push { remote },
-            "pull" => RemoteAction::Pull { remote },
+            "pull" => RemoteAction::Pull {
+                remote,
+                thread_id: request.thread_id,
+                force: request.force,
+            },
             "history" => RemoteAction::History { remote, limit },
             "threads" => RemoteAction::Threads {
                 thread_id: request.thread_id,
@@ -395,7 +410,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Execute { remote, .. }
         | RemoteAction::Threads { remote, .. }
         | RemoteAction::History { remote, .. }
-        | RemoteAction::Pull { remote } => remote.clone(),
+        | RemoteAction::Pull { remote, .. } => remote.clone(),
         RemoteAction::List | RemoteAction::Manage => None,
     };
     let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
@@ -465,6 +480,11 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                 );
                 client.call("GET", "/history", Some(&query), None).await
             }
+            RemoteAction::Pull {
+                thread_id: Some(thread_id),
+                force,
+                ..
+            } => client.pull_outputs(cx.project, &thread_id, force).await,
             RemoteAction::Pull { .. } => {
                 client.pull(cx.project, &space_refs, &project_path).await
             }

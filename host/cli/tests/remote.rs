@@ -32,7 +32,68 @@ struct Env {
     node: NodeProcess,
 }
 
+/// Starts `rye node serve` on a free loopback port over the node folder
+/// `base`, from `node_home`.
+fn start_node(node_home: &Path, base: &Path) -> NodeProcess {
+    let mut child = rye_in(
+        node_home,
+        node_home,
+        &[
+            "node",
+            "serve",
+            "--base",
+            base.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            // Small enough that a push of a few megabytes takes several
+            // requests.
+            "--max-request-bytes",
+            "1100000",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // What it logs before (a restart's report of runs cut short), then
+    // where it serves.
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the node says where it serves")
+            .unwrap();
+        if let Some(at) = line.strip_prefix("serving node ") {
+            break at.split(" at ").nth(1).unwrap().trim().to_owned();
+        }
+    };
+    // Keep draining what the node logs.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    NodeProcess { child, url }
+}
+
 impl Env {
+    /// Points the project's remote at `url`.
+    fn remote_at(&self, url: &str) {
+        let project = self.project();
+        std::fs::create_dir_all(project.join(".ai/config/remotes")).unwrap();
+        std::fs::write(
+            project.join(".ai/config/remotes/remotes.yaml"),
+            format!("defaults: {{timeout: 120}}\nproject_path: demo-project\nremotes:\n  default: {{url: \"{url}\"}}\n"),
+        )
+        .unwrap();
+    }
+
+    /// Kills the node with SIGKILL and starts it again over its folder.
+    fn kill_and_restart_node(&mut self) {
+        self.node.child.kill().unwrap();
+        self.node.child.wait().unwrap();
+        let root = self.root.path();
+        self.node = start_node(&root.join("node-home"), &root.join("node"));
+        let url = self.node.url.clone();
+        self.remote_at(&url);
+    }
+
     fn project(&self) -> PathBuf {
         self.root.path().join("project")
     }
@@ -155,45 +216,10 @@ fn env() -> Env {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut child = rye_in(
-        &node_home,
-        &node_home,
-        &[
-            "node",
-            "serve",
-            "--base",
-            base.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .stdout(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = lines
-        .next()
-        .expect("the node says where it serves")
-        .unwrap();
-    let url = first
-        .split(" at ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{first}"))
-        .trim()
-        .to_owned();
-    // Keep draining what the node logs.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    std::fs::create_dir_all(project.join(".ai/config/remotes")).unwrap();
-    std::fs::write(
-        project.join(".ai/config/remotes/remotes.yaml"),
-        format!("defaults: {{timeout: 120}}\nproject_path: demo-project\nremotes:\n  default: {{url: \"{url}\"}}\n"),
-    )
-    .unwrap();
-    Env {
-        root,
-        node: NodeProcess { child, url },
-    }
+    let node = start_node(&node_home, &base);
+    let env = Env { root, node };
+    env.remote_at(&env.node.url.clone());
+    env
 }
 
 fn shell(command: &str) -> String {
@@ -332,7 +358,7 @@ fn a_push_during_a_run_is_merged_and_a_clash_is_a_conflict_leaving_the_head() {
         "--async",
         "--params",
         &shell(&format!(
-            "{wait}echo '# the run says' > .ai/knowledge/notes/a.md"
+            "{wait}echo '# the run says' > .ai/knowledge/notes/a.md && mkdir -p .ai/state && echo found > .ai/state/report.txt"
         )),
     ]);
     env.write(".ai/knowledge/notes/a.md", "# the user says\n");
@@ -350,6 +376,38 @@ fn a_push_during_a_run_is_merged_and_a_clash_is_a_conflict_leaving_the_head() {
         history["head"], pushed["snapshot_hash"],
         "a conflict leaves the head where the push put it"
     );
+
+    // The run's outputs can still be had, one run's at a time; a local
+    // change to one is kept unless forced.
+    let thread = clash["thread_id"].as_str().unwrap();
+    let got = env.ok(&["remote", "pull", "--thread", thread]);
+    assert_eq!(got["written"], json!([".ai/state/report.txt"]), "{got:#}");
+    assert_eq!(env.read(".ai/state/report.txt"), "found\n");
+    assert_eq!(env.read(".ai/knowledge/notes/a.md"), "# the user says\n");
+    let again = env.ok(&["remote", "pull", "--thread", thread]);
+    assert_eq!(again["written"], json!([]), "{again:#}");
+    assert!(
+        again["unchanged"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(".ai/state/report.txt")),
+        "{again:#}"
+    );
+    env.write(".ai/state/report.txt", "edited here\n");
+    let kept = env.ok(&["remote", "pull", "--thread", thread]);
+    assert_eq!(kept["status"], "kept", "{kept:#}");
+    assert_eq!(kept["kept"], json!([".ai/state/report.txt"]));
+    assert_eq!(env.read(".ai/state/report.txt"), "edited here\n");
+    let forced = env.ok(&["remote", "pull", "--thread", thread, "--force"]);
+    assert_eq!(
+        forced["written"],
+        json!([".ai/state/report.txt"]),
+        "{forced:#}"
+    );
+    assert_eq!(env.read(".ai/state/report.txt"), "found\n");
+    let none = env.rye(&["remote", "pull", "--thread", "rye-remote-none-1"]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no thread"));
 }
 
 #[test]
@@ -503,4 +561,159 @@ fn an_mcp_client_runs_a_tool_on_the_node_with_target_remote() {
         }
         client.cancel().await.unwrap();
     });
+}
+
+/// Waits until `path` exists.
+fn appears(path: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{what} never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_node_killed_mid_run_restarts_with_the_run_interrupted_and_nothing_half_done() {
+    let mut env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    let pushed = env.ok(&["remote", "push"]);
+    let gate = env.root.path().join("gate");
+    let woke = env.root.path().join("woke");
+    let started = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell(&format!(
+            "mkdir -p .ai/state && echo half > .ai/state/half.txt && while [ ! -e {g} ]; do sleep 0.05; done; echo woke > {w}",
+            g = gate.display(),
+            w = woke.display()
+        )),
+    ]);
+    let thread = started["thread_id"].as_str().unwrap().to_owned();
+    let executions = env.root.path().join("node/executions");
+    appears(
+        &executions.join(&thread).join("project/.ai/state/half.txt"),
+        "the run's first output",
+    );
+
+    env.kill_and_restart_node();
+    let shown = env.ok(&["remote", "threads", &thread]);
+    assert_eq!(shown["status"], "interrupted", "{shown:#}");
+    assert!(shown["finished_at"].is_i64(), "{shown:#}");
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["head"], pushed["snapshot_hash"], "{history:#}");
+    assert_eq!(history["snapshots"].as_array().unwrap().len(), 1);
+    assert!(
+        !executions.exists() || std::fs::read_dir(&executions).unwrap().count() == 0,
+        "the cut-short run's space is swept"
+    );
+    // What the run had started went down with the node: opening its gate
+    // wakes nothing.
+    std::fs::write(&gate, "").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!woke.exists(), "the run outlived its node");
+    // And the node serves on: the next run completes and folds back.
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell("mkdir -p .ai/knowledge/state && echo '# whole' > .ai/knowledge/state/whole.md"),
+    ]);
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    let outputs: Vec<&String> = ran["runtime_output_files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(outputs, [".ai/knowledge/state/whole.md"], "{ran:#}");
+}
+
+#[test]
+fn a_push_killed_midway_leaves_no_head_and_the_next_push_sends_only_the_rest() {
+    let env = env();
+    // About 5 MB, so the push takes several 1 MB requests.
+    let filler = "a line of a note that is long enough to weigh something\n".repeat(45);
+    for i in 0..2_000 {
+        env.write(
+            &format!(".ai/knowledge/notes/n{i:04}.md"),
+            &format!("# note {i}\n{filler}"),
+        );
+    }
+    let objects = env.root.path().join("node/objects");
+    let said = env.root.path().join("push.err");
+    let mut push = env
+        .command(&["remote", "push"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&said).unwrap())
+        .spawn()
+        .unwrap();
+    // Killed once the node has stored a first request's worth of what it
+    // was sent.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while walk_files(&objects) < 200 {
+        if let Some(ended) = push.try_wait().unwrap() {
+            panic!(
+                "the push ended ({ended}) before it was killed, with {} files stored: {}",
+                walk_files(&objects),
+                std::fs::read_to_string(&said).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "nothing was stored");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    push.kill().unwrap();
+    let killed = push.wait().unwrap();
+    assert!(!killed.success(), "the push finished before it was killed");
+    // The node finishes storing the request it had whole (and records it
+    // as the key's): wait for the store to settle.
+    let mut seen = walk_files(&objects);
+    loop {
+        std::thread::sleep(Duration::from_millis(700));
+        let now = walk_files(&objects);
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+
+    // No head moved: the project is not on the node.
+    let out = env.rye(&["remote", "history"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never pushed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let pushed = env.ok(&["remote", "push"]);
+    assert_eq!(pushed["status"], "pushed", "{pushed:#}");
+    let (asked, sent) = (pushed["asked"].as_u64(), pushed["sent"].as_u64());
+    assert!(
+        sent.unwrap() as usize + seen <= asked.unwrap() as usize,
+        "the {seen} objects the killed push stored are not sent again: {pushed:#}"
+    );
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["head"], pushed["snapshot_hash"], "{history:#}");
+    let again = env.ok(&["remote", "push"]);
+    assert_eq!(again["status"], "unchanged", "{again:#}");
+}
+
+/// How many files are under `dir` (none if it does not exist).
+fn walk_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() { walk_files(&path) } else { 1 }
+        })
+        .sum()
 }

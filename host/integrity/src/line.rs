@@ -99,7 +99,7 @@ impl Signature {
             )));
         }
         let timestamp = rest.get(..20).ok_or_else(|| bad("no timestamp"))?;
-        if !is_timestamp(timestamp) {
+        if !crate::time::is_utc_timestamp(timestamp) {
             return Err(bad("timestamp is not YYYY-MM-DDTHH:MM:SSZ"));
         }
         let rest = rest[20..]
@@ -214,18 +214,6 @@ pub(crate) fn replaceable_line(content: &str, format: &SignatureFormat) -> Optio
         return None;
     }
     Some((start, start + n + 1))
-}
-
-fn is_timestamp(t: &str) -> bool {
-    let b = t.as_bytes();
-    b.len() == 20
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b'-',
-            10 => *c == b'T',
-            13 | 16 => *c == b':',
-            19 => *c == b'Z',
-            _ => c.is_ascii_digit(),
-        })
 }
 
 fn is_lower_hex(s: &str) -> bool {

@@ -22,6 +22,20 @@ pub fn utc_timestamp(time: SystemTime) -> String {
     )
 }
 
+/// Whether `text` has the shape [`utc_timestamp`] writes
+/// (`YYYY-MM-DDTHH:MM:SSZ`).
+pub fn is_utc_timestamp(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 20
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +47,20 @@ mod tests {
         assert_eq!(at(0), "1970-01-01T00:00:00Z");
         assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(at(1_795_316_645), "2026-11-22T03:04:05Z");
+    }
+
+    #[test]
+    fn the_shape_it_writes_is_the_shape_it_accepts() {
+        assert!(is_utc_timestamp(&utc_timestamp(SystemTime::now())));
+        for bad in [
+            "",
+            "2026-11-22T03:04:05",
+            "2026-11-22 03:04:05Z",
+            "2026-11-22T03:04:05+00:00",
+            "2026-1x-22T03:04:05Z",
+            "2026-11-22T03:04:05.5Z",
+        ] {
+            assert!(!is_utc_timestamp(bad), "{bad:?}");
+        }
     }
 }

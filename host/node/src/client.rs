@@ -182,13 +182,47 @@ pub struct Client {
     key: Keypair,
     /// The node's fingerprint (without `fp:`).
     node: String,
-    /// The node's limits: hashes per request and bytes per body.
-    max_batch: usize,
-    max_request_bytes: usize,
+    /// The node's limits, once known (from `/status`, or remembered
+    /// from an earlier push).
+    limits: std::sync::Mutex<Option<Limits>>,
     /// How many requests this client sent.
     pub requests: std::sync::atomic::AtomicUsize,
     /// The bytes of request bodies it sent.
     pub sent_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// What a node takes in one request, as its `/status` advertises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body, in bytes.
+    pub max_request_bytes: usize,
+    /// The most hashes or entries in one request.
+    pub max_batch: usize,
+}
+
+impl Limits {
+    /// The limits in the `limits` of a `/status` answer (or of a ref).
+    fn of(value: &Value) -> Option<Limits> {
+        let number = |k: &str| value.get(k).and_then(Value::as_u64).map(|n| n as usize);
+        Some(Limits {
+            max_request_bytes: number("max_request_bytes")?.max(1),
+            max_batch: number("max_batch")?.clamp(1, rye_sync::objects::MAX_BATCH),
+        })
+    }
+
+    fn to_json(self) -> Value {
+        json!({"max_request_bytes": self.max_request_bytes, "max_batch": self.max_batch})
+    }
+
+    /// Bytes of entries a body may carry: the limit less the envelope.
+    fn body_budget(self) -> usize {
+        self.max_request_bytes.saturating_sub(256).max(1)
+    }
+
+    /// How many hashes go in one `has` or `get` (each 67 bytes of JSON).
+    fn hashes_per_request(self) -> usize {
+        (self.body_budget() / 67).clamp(1, self.max_batch)
+    }
 }
 
 /// 32 random hex digits, a request's nonce.
@@ -246,8 +280,7 @@ impl Client {
             remote: remote.clone(),
             key,
             node: String::new(),
-            max_batch: rye_sync::objects::MAX_BATCH,
-            max_request_bytes: 50 << 20,
+            limits: std::sync::Mutex::new(None),
             requests: Default::default(),
             sent_bytes: Default::default(),
         };
@@ -296,6 +329,38 @@ impl Client {
 
     pub fn remote(&self) -> &Remote {
         &self.remote
+    }
+
+    /// The node's limits: as remembered, or asked of its `/status`.
+    pub async fn limits(&self) -> Result<Limits, ClientError> {
+        if let Some(known) = self.known_limits() {
+            return Ok(known);
+        }
+        self.refresh_limits().await
+    }
+
+    /// The limits this client knows without asking.
+    pub fn known_limits(&self) -> Option<Limits> {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `limits` (remembered from an earlier push) as the node's.
+    pub fn assume_limits(&self, limits: Limits) {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(limits);
+    }
+
+    /// Asks the node's `/status` for its limits.
+    async fn refresh_limits(&self) -> Result<Limits, ClientError> {
+        let (status, body) = self.send("GET", "/status", None, None, false).await?;
+        if status != 200 {
+            return Err(ClientError::Node { status, body });
+        }
+        let limits = Limits::of(&body["limits"]).ok_or_else(|| ClientError::Transport {
+            url: self.remote.url.clone(),
+            message: "the node's /status advertises no limits".into(),
+        })?;
+        self.assume_limits(limits);
+        Ok(limits)
     }
 
     async fn send(
@@ -389,6 +454,8 @@ pub struct Ref {
     pub project_manifest: Option<String>,
     pub user_manifest: Option<String>,
     pub user_revision: Option<i64>,
+    /// The node's limits as last advertised.
+    pub limits: Option<Limits>,
 }
 
 fn ref_file(project: &Path, remote: &str) -> PathBuf {
@@ -412,6 +479,7 @@ impl Ref {
             project_manifest: text("project_manifest_hash"),
             user_manifest: text("user_manifest_hash"),
             user_revision: value.get("user_revision").and_then(Value::as_i64),
+            limits: value.get("limits").and_then(Limits::of),
         })
     }
 
@@ -423,6 +491,7 @@ impl Ref {
                 "project_manifest_hash": self.project_manifest,
                 "user_manifest_hash": self.user_manifest,
                 "user_revision": self.user_revision,
+                "limits": self.limits.map(Limits::to_json),
             }),
         )
     }
@@ -530,7 +599,11 @@ impl Client {
         if !ask_first {
             missing.extend(wanted.iter().map(|h| (*h).clone()));
         }
-        for batch in wanted.chunks(self.max_batch.max(1)).filter(|_| ask_first) {
+        let mut limits = self.limits().await?;
+        for batch in wanted
+            .chunks(limits.hashes_per_request())
+            .filter(|_| ask_first)
+        {
             let answer = self
                 .call(
                     "POST",
@@ -550,15 +623,21 @@ impl Client {
                 }
             }
         }
-        let mut entries = Vec::new();
+        let mut entries: Vec<(Value, usize)> = Vec::new();
         let mut size = 0usize;
-        let budget = self.max_request_bytes.saturating_sub(64 << 10).max(1 << 20);
         let mut sent = 0;
         for hash in &missing {
             if let Some(delta) = deltas.get(hash) {
                 let entry = json!({"hash": hash, "kind": "object", "delta": delta});
-                size += entry.to_string().len();
-                entries.push(entry);
+                let cost = entry.to_string().len() + 1;
+                self.fill(
+                    &mut entries,
+                    &mut size,
+                    &mut sent,
+                    &mut limits,
+                    (entry, cost),
+                )
+                .await?;
                 continue;
             }
             let parsed: ContentHash = hash.parse().map_err(local)?;
@@ -581,31 +660,104 @@ impl Client {
                     base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
                 ),
             };
-            let cost = data.len() + 120;
-            if !entries.is_empty() && (size + cost > budget || entries.len() >= self.max_batch) {
-                self.call(
-                    "POST",
-                    "/objects/put",
-                    None,
-                    Some(&json!({"entries": entries})),
-                )
+            let entry = json!({"hash": hash, "kind": kind, field: data});
+            let cost = entry.to_string().len() + 1;
+            if cost > limits.body_budget() {
+                return Err(ClientError::Local(format!(
+                    "{hash} ({} bytes as sent) is larger than the {} bytes {} takes in one request",
+                    cost, limits.max_request_bytes, self.remote.name
+                )));
+            }
+            self.fill(
+                &mut entries,
+                &mut size,
+                &mut sent,
+                &mut limits,
+                (entry, cost),
+            )
+            .await?;
+        }
+        if !entries.is_empty() {
+            sent += self
+                .put_entries(std::mem::take(&mut entries), &mut limits)
                 .await?;
-                sent += entries.len();
-                entries.clear();
+        }
+        Ok(sent)
+    }
+
+    /// Adds `entry` (with its cost in bytes) to the body being gathered,
+    /// first sending what it holds when the entry would take it past the
+    /// node's limits.
+    async fn fill(
+        &self,
+        entries: &mut Vec<(Value, usize)>,
+        size: &mut usize,
+        sent: &mut usize,
+        limits: &mut Limits,
+        entry: (Value, usize),
+    ) -> Result<(), ClientError> {
+        let full = *size + entry.1 > limits.body_budget() || entries.len() >= limits.max_batch;
+        if !entries.is_empty() && full {
+            *sent += self.put_entries(std::mem::take(entries), limits).await?;
+            *size = 0;
+        }
+        *size += entry.1;
+        entries.push(entry);
+        Ok(())
+    }
+
+    /// Sends `entries` in one `put`. A node that refuses the body as too
+    /// large (413, or a connection it closed mid-body) has its limits
+    /// asked again; when they shrank, the entries go again split to them.
+    /// How many were sent.
+    async fn put_entries(
+        &self,
+        entries: Vec<(Value, usize)>,
+        limits: &mut Limits,
+    ) -> Result<usize, ClientError> {
+        let body = |part: &[(Value, usize)]| json!({"entries": part.iter().map(|(e, _)| e).collect::<Vec<_>>()});
+        let refused = match self
+            .call("POST", "/objects/put", None, Some(&body(&entries)))
+            .await
+        {
+            Ok(_) => return Ok(entries.len()),
+            Err(e @ (ClientError::Node { status: 413, .. } | ClientError::Transport { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        let fresh = self.refresh_limits().await?;
+        if fresh.body_budget() >= limits.body_budget() && fresh.max_batch >= limits.max_batch {
+            return Err(refused);
+        }
+        *limits = fresh;
+        let mut parts: Vec<Vec<(Value, usize)>> = vec![Vec::new()];
+        let mut size = 0;
+        for (entry, cost) in entries {
+            if cost > fresh.body_budget() {
+                return Err(ClientError::Local(format!(
+                    "{} ({cost} bytes as sent) is larger than the {} bytes {} takes in one request",
+                    entry["hash"].as_str().unwrap_or_default(),
+                    fresh.max_request_bytes,
+                    self.remote.name
+                )));
+            }
+            let last = parts.last_mut().expect("one part at least");
+            if !last.is_empty()
+                && (size + cost > fresh.body_budget() || last.len() >= fresh.max_batch)
+            {
+                parts.push(Vec::new());
                 size = 0;
             }
             size += cost;
-            entries.push(json!({"hash": hash, "kind": kind, field: data}));
+            parts
+                .last_mut()
+                .expect("one part at least")
+                .push((entry, cost));
         }
-        if !entries.is_empty() {
-            self.call(
-                "POST",
-                "/objects/put",
-                None,
-                Some(&json!({"entries": entries})),
-            )
-            .await?;
-            sent += entries.len();
+        let mut sent = 0;
+        for part in parts {
+            self.call("POST", "/objects/put", None, Some(&body(&part)))
+                .await?;
+            sent += part.len();
         }
         Ok(sent)
     }
@@ -665,6 +817,11 @@ impl Client {
         let policy = Policy::load(policy_spaces).map_err(local)?;
         let cas = local_cas(project);
         let mut last = Ref::read(project, &self.remote.name)?;
+        if let Some(limits) = last.limits
+            && self.known_limits().is_none()
+        {
+            self.assume_limits(limits);
+        }
         let built = manifest::build(&cas, project, SpaceKind::Project, &policy)
             .await
             .map_err(local)?;
@@ -751,6 +908,7 @@ impl Client {
         let unchanged = answer["unchanged"].as_bool().unwrap_or(false);
         last.snapshot = Some(snapshot.clone());
         last.project_manifest = Some(built.hash.hex());
+        last.limits = self.known_limits().or(last.limits);
         last.write(project, &self.remote.name)?;
         Ok(Pushed {
             snapshot,
@@ -791,7 +949,11 @@ impl Client {
                 lacking.push(hash.clone());
             }
         }
-        for batch in lacking.chunks(self.max_batch.max(1)) {
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        let per_request = self.limits().await?.hashes_per_request();
+        for batch in lacking.chunks(per_request) {
             let answer = self
                 .call(
                     "POST",
@@ -852,6 +1014,11 @@ impl Client {
             .to_owned();
         let cas = local_cas(project);
         let mut last = Ref::read(project, &self.remote.name)?;
+        if let Some(limits) = last.limits
+            && self.known_limits().is_none()
+        {
+            self.assume_limits(limits);
+        }
         if last.snapshot.as_deref() == Some(head.as_str()) {
             return Ok(json!({"status": "up-to-date", "head": head}));
         }
@@ -945,6 +1112,7 @@ impl Client {
         rye_sync::materialize::apply(project, &writes, &removals).map_err(local)?;
         last.snapshot = Some(head.clone());
         last.project_manifest = Some(theirs_hash);
+        last.limits = self.known_limits().or(last.limits);
         last.write(project, &self.remote.name)?;
         let conflicts = merged.to_json()["conflicts"].clone();
         Ok(json!({
@@ -955,6 +1123,144 @@ impl Client {
             "conflicts": conflicts,
         }))
     }
+}
+
+impl Client {
+    /// Writes into the project at `project` the files one run of the
+    /// node (`thread_id`) left under `.ai/state/` and
+    /// `.ai/knowledge/state/`, whatever became of its fold-back: a file
+    /// is written where the project has none or still has the version
+    /// the run started from; one changed locally since is kept (and
+    /// named) unless `force`.
+    pub async fn pull_outputs(
+        &self,
+        project: &Path,
+        thread_id: &str,
+        force: bool,
+    ) -> Result<Value, ClientError> {
+        let record = self
+            .call(
+                "GET",
+                &format!("/threads/{}", encode(thread_id)),
+                None,
+                None,
+            )
+            .await?;
+        let status = record["status"].as_str().unwrap_or_default();
+        if status == "running" {
+            return Err(ClientError::Local(format!(
+                "the run {thread_id} is still running; pull its outputs once it has ended"
+            )));
+        }
+        let outputs = record["runtime_output_files"].as_object().ok_or_else(|| {
+            ClientError::Local(format!(
+                "the run {thread_id} ({status}) left no outputs to pull"
+            ))
+        })?;
+        let mut wanted = BTreeMap::new();
+        for (path, hash) in outputs {
+            let under = crate::run::OUTPUT_FOLDERS
+                .iter()
+                .any(|folder| path.starts_with(&format!("{folder}/")));
+            let hash: ContentHash = hash
+                .as_str()
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| ClientError::Local(format!("{path}: the node named no hash")))?;
+            if !under {
+                return Err(ClientError::Local(format!(
+                    "the node names {path:?} as an output of {thread_id}, which is outside .ai/state/ and .ai/knowledge/state/; nothing was written"
+                )));
+            }
+            wanted.insert(path.clone(), hash);
+        }
+        let cas = local_cas(project);
+        // What the run started from, to tell a local change from a file
+        // the run changed.
+        let base = match record["snapshot_hash"].as_str() {
+            Some(snapshot) => self.tree_of_snapshot(&cas, snapshot).await?,
+            None => Tree::default(),
+        };
+        let mut hexes: Vec<String> = wanted.values().map(ContentHash::hex).collect();
+        hexes.extend(
+            wanted
+                .keys()
+                .filter_map(|path| base.items.get(path).cloned()),
+        );
+        self.fetch(&cas, &hexes).await?;
+        let (mut writes, mut kept, mut unchanged) = (Vec::new(), Vec::new(), Vec::new());
+        for (path, hash) in &wanted {
+            let here = match std::fs::read(project.join(path)) {
+                Ok(bytes) => Some(ContentHash::of(&bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(ClientError::Local(format!("{path}: {e}"))),
+            };
+            if here.as_ref() == Some(hash) {
+                unchanged.push(path.clone());
+                continue;
+            }
+            let started = base_blob(&cas, &base, path).await?;
+            if !force && here.is_some() && here != started {
+                kept.push(path.clone());
+                continue;
+            }
+            let bytes =
+                cas.get_blob(hash).await.map_err(local)?.ok_or_else(|| {
+                    ClientError::Local(format!("{path}: its bytes did not arrive"))
+                })?;
+            writes.push((path.clone(), bytes));
+        }
+        rye_sync::materialize::apply(project, &writes, &[]).map_err(local)?;
+        Ok(json!({
+            "status": if kept.is_empty() { "pulled" } else { "kept" },
+            "thread_id": thread_id,
+            "written": writes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "kept": kept,
+            "unchanged": unchanged,
+        }))
+    }
+
+    /// The paths of the project manifest of `snapshot`, fetched as needed.
+    async fn tree_of_snapshot(
+        &self,
+        cas: &Cas<LocalStorage>,
+        snapshot: &str,
+    ) -> Result<Tree, ClientError> {
+        self.fetch(cas, &[snapshot.to_owned()]).await?;
+        let object = |hash: String| async move {
+            let parsed: ContentHash = hash.parse().map_err(local)?;
+            cas.get_object(&parsed)
+                .await
+                .map_err(local)?
+                .ok_or_else(|| ClientError::Local(format!("object {hash} did not arrive")))
+        };
+        let snapshot = object(snapshot.to_owned()).await?;
+        let manifest = snapshot["project_manifest_hash"]
+            .as_str()
+            .ok_or_else(|| ClientError::Local("the snapshot names no project manifest".into()))?
+            .to_owned();
+        self.fetch(cas, std::slice::from_ref(&manifest)).await?;
+        Ok(Tree::of_manifest(&object(manifest).await?))
+    }
+}
+
+/// The blob `path` had in `tree` (an item's through its source, fetched
+/// beforehand or absent), if any.
+async fn base_blob(
+    cas: &Cas<LocalStorage>,
+    tree: &Tree,
+    path: &str,
+) -> Result<Option<ContentHash>, ClientError> {
+    if let Some(hash) = tree.files.get(path) {
+        return Ok(hash.parse().ok());
+    }
+    let Some(source) = tree.items.get(path).and_then(|h| h.parse().ok()) else {
+        return Ok(None);
+    };
+    Ok(cas
+        .get_object(&source)
+        .await
+        .map_err(local)?
+        .and_then(|s| s["content_blob_hash"].as_str().and_then(|h| h.parse().ok())))
 }
 
 /// `text` URL-encoded for a query.

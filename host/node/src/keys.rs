@@ -154,18 +154,6 @@ fn format() -> SignatureFormat {
     SignatureFormat::new("#", "", false)
 }
 
-fn is_timestamp(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.len() == 20
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b'-',
-            10 => *c == b'T',
-            13 | 16 => *c == b':',
-            19 => *c == b'Z',
-            _ => c.is_ascii_digit(),
-        })
-}
-
 /// The document authorizing `key`, signed by `node`.
 pub fn authorization(
     node: &Keypair,
@@ -176,7 +164,7 @@ pub fn authorization(
     created_via: &str,
     now: SystemTime,
 ) -> Result<String, String> {
-    if let Some(at) = expires_at.filter(|at| !is_timestamp(at)) {
+    if let Some(at) = expires_at.filter(|at| !rye_integrity::is_utc_timestamp(at)) {
         return Err(format!("expires_at {at:?} is not YYYY-MM-DDTHH:MM:SSZ"));
     }
     let mut table = toml::Table::new();
@@ -236,7 +224,7 @@ pub fn read_authorization(document: &str, node: &PublicKey) -> Result<Authorized
         None => None,
         Some(at) => Some(
             at.as_str()
-                .filter(|at| is_timestamp(at))
+                .filter(|at| rye_integrity::is_utc_timestamp(at))
                 .ok_or("the authorization's expires_at is not YYYY-MM-DDTHH:MM:SSZ")?
                 .to_owned(),
         ),

@@ -138,6 +138,17 @@ impl Node {
         if interrupted > 0 {
             tracing::warn!("{interrupted} runs of an earlier start were cut short");
         }
+        // The execution spaces of runs an earlier start left behind (killed
+        // mid-run): no run of this start uses them.
+        let executions = base.join("executions");
+        if let Err(e) = std::fs::remove_dir_all(&executions)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(StartError::Setup(format!(
+                "sweeping {}: {e}",
+                executions.display()
+            )));
+        }
         if let Some((wire, label)) = &settings.bootstrap {
             let public = keys::read_wire_key(wire)
                 .map_err(|e| StartError::Setup(format!("the bootstrap key: {e}")))?;
@@ -486,11 +497,21 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
         ));
     }
     let request = expand_deltas(&node, &call.principal, request).await?;
-    let cas = node.cas();
-    let answer = objects::put(&cas, &request).await;
-    // Whatever reached the store is the principal's, even if a later
-    // entry failed to write.
-    node.hold(&call.principal, &cas).await?;
+    // Stored and recorded in a task of its own, so a client that hangs up
+    // mid-put leaves what reached the store held by it, not orphaned.
+    let principal = call.principal;
+    let store = tokio::spawn(async move {
+        let cas = node.cas();
+        let answer = objects::put(&cas, &request).await;
+        // Whatever reached the store is the principal's, even if a later
+        // entry failed to write.
+        let held = node.hold(&principal, &cas).await;
+        (answer, held)
+    });
+    let (answer, held) = store
+        .await
+        .map_err(|e| internal(format!("storing the objects failed: {e}")))?;
+    held?;
     ok(answer.map_err(refused)?)
 }
 
@@ -1039,9 +1060,16 @@ async fn execute(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer
                    "message": "the run goes on; ask GET /threads/{thread_id} for how it ended"}),
         ));
     }
-    let (status, record) = finish(&node, job).await;
-    drop(permit);
-    Ok(reply(status, record))
+    // The run is a task of its own, so a caller that hangs up does not cut
+    // it short: it finishes, folds back and is recorded all the same.
+    let run = tokio::spawn(async move {
+        let _permit = permit;
+        finish(&node, job).await
+    });
+    match run.await {
+        Ok((status, record)) => Ok(reply(status, record)),
+        Err(e) => Err(internal(format!("the run's task failed: {e}"))),
+    }
 }
 
 /// Records a new run; its thread id (`rye-remote-<id>-<ms>`, made unique).

@@ -23,13 +23,19 @@ struct Served {
 }
 
 async fn serve(base: &Path) -> Served {
+    serve_holding(base, 1 << 20).await
+}
+
+/// A node at `base` letting each key store `quota` bytes.
+async fn serve_holding(base: &Path, quota: u64) -> Served {
     let runner = Runner {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
     };
     let mut settings = Settings::new(base.to_owned(), runner);
-    settings.max_user_storage_bytes = 1 << 20;
+    settings.max_user_storage_bytes = quota;
+    settings.max_request_bytes = 2 << 20;
     let node = Node::open(settings).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -426,6 +432,31 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
     )
     .await;
     assert_eq!(status, 507);
+    // A body over the request limit (2 MiB here): 413 before anything is
+    // read into memory or stored.
+    let huge = vec![9u8; 2 << 20];
+    let huge_hash = rye_cas::ContentHash::of(&huge).hex();
+    let (status, _) = fresh(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/put",
+        &json!({"entries": [{"hash": huge_hash, "kind": "blob", "data": b64(&huge)}]}),
+    )
+    .await;
+    assert_eq!(status, 413);
+    for hash in [&big_hash, &huge_hash] {
+        let (status, answer) = fresh(
+            (&served.url, &fp),
+            &alice,
+            "POST",
+            "/objects/has",
+            &json!({"hashes": [hash]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["missing"], json!([hash]), "{answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -595,4 +626,44 @@ async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
         again.push(&folder, None, &[], "p").await,
         Err(ClientError::KeyChanged { .. })
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_splits_its_requests_to_the_limits_the_node_advertises() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_holding(&dir.path().join("node"), 64 << 20).await;
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let folder = dir.path().join("p");
+    // About 3 MB of notes against the node's 2 MiB per request.
+    project(&folder, 1_200, &"x".repeat(2_000));
+    let pins = dir.path().join("known_nodes.json");
+    let client = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let pushed = client.push(&folder, None, &[], "p").await.unwrap();
+    assert_eq!(pushed.sent, 2_401, "{pushed:?}");
+    let limits = client.known_limits().expect("asked of /status");
+    assert_eq!(limits.max_request_bytes, 2 << 20);
+
+    // Limits remembered from a node that has since been set smaller: the
+    // first request too large is refused, the limits asked again, and the
+    // same objects sent again split to them.
+    let changed = dir.path().join("q");
+    project(&changed, 1_200, &"y".repeat(2_000));
+    let again = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    again.assume_limits(rye_node::client::Limits {
+        max_request_bytes: 50 << 20,
+        max_batch: 10_000,
+    });
+    let pushed = again.push(&changed, None, &[], "q").await.unwrap();
+    assert_eq!(pushed.sent, 2_401, "{pushed:?}");
+    assert_eq!(again.known_limits(), Some(limits));
+    served.task.abort();
 }
