@@ -19,7 +19,7 @@ pub enum NodeAction {
     /// (ed25519:<base64 PEM>, labelled BOOTSTRAP_LABEL) is authorized on
     /// start.
     Serve {
-        /// The node's folder: database, objects, key, checkouts.
+        /// The node's folder: database, objects, key, workspaces.
         #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
         base: Option<PathBuf>,
         /// Where to listen (port 0 picks one; the address is printed).

@@ -273,10 +273,23 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
         "{ran:#}"
     );
     // The run's own records never count as its outputs, nor do they
-    // linger on the node.
+    // linger on the node: the workspace kept for the next run holds the
+    // project's files and nothing of the run's state or home.
     assert!(!paths.iter().any(|p| p.starts_with(".ai/state/threads")));
     let executions = env.root.path().join("node/executions");
-    assert_eq!(std::fs::read_dir(&executions).unwrap().count(), 0);
+    let kept = files_under(&executions);
+    assert!(
+        kept.iter()
+            .any(|p| p.ends_with("/project/.ai/knowledge/notes/a.md")),
+        "{kept:?}"
+    );
+    assert!(
+        !kept
+            .iter()
+            .any(|p| p.contains("/project/.ai/state/") || p.contains("/home/")),
+        "{kept:?}"
+    );
+    assert_eq!(ran["workspace"]["written"], 3, "{ran:#}");
 
     let history = env.ok(&["remote", "history"]);
     let sources: Vec<&str> = history["snapshots"]
@@ -309,6 +322,25 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
     assert_eq!(next["status"], "pushed", "{next:#}");
     let history = env.ok(&["remote", "history"]);
     assert_eq!(history["snapshots"][1]["_hash"], ran["head"]);
+
+    // The next run reuses the workspace, writing only what changed
+    // since (the local note, and the note changed below).
+    env.write(".ai/knowledge/notes/a.md", "# a, changed\n");
+    env.ok(&["remote", "push"]);
+    let next = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell("cat .ai/knowledge/notes/a.md && test ! -e .ai/state/reports"),
+    ]);
+    assert_eq!(next["result"]["status"], "success", "{next:#}");
+    assert_eq!(next["workspace"]["written"], 2, "{next:#}");
+    assert!(
+        next["result"].to_string().contains("a, changed"),
+        "{next:#}"
+    );
 }
 
 #[test]
@@ -563,13 +595,25 @@ fn an_mcp_client_runs_a_tool_on_the_node_with_target_remote() {
     });
 }
 
-/// Waits until `path` exists.
-fn appears(path: &Path, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{what} never appeared");
-        std::thread::sleep(Duration::from_millis(20));
+/// The files under `dir`, relative to it (none if it does not exist).
+fn files_under(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(root, &path, out);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
     }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
 }
 
 #[test]
@@ -594,10 +638,17 @@ fn a_node_killed_mid_run_restarts_with_the_run_interrupted_and_nothing_half_done
     ]);
     let thread = started["thread_id"].as_str().unwrap().to_owned();
     let executions = env.root.path().join("node/executions");
-    appears(
-        &executions.join(&thread).join("project/.ai/state/half.txt"),
-        "the run's first output",
-    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !files_under(&executions)
+        .iter()
+        .any(|p| p.ends_with("/project/.ai/state/half.txt"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the run never wrote its first output"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     env.kill_and_restart_node();
     let shown = env.ok(&["remote", "threads", &thread]);
@@ -716,4 +767,43 @@ fn walk_files(dir: &Path) -> usize {
             if path.is_dir() { walk_files(&path) } else { 1 }
         })
         .sum()
+}
+
+#[test]
+fn a_push_whose_stamps_outlived_the_objects_they_vouch_for_reads_every_file_again() {
+    let env = env();
+    for i in 0..5 {
+        env.write(&format!(".ai/knowledge/notes/n{i}.md"), &format!("# {i}\n"));
+    }
+    // Written an hour ago, as far as the stamps can tell: old enough for
+    // them to vouch for.
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for rel in files_under(&env.project().join(".ai/knowledge")) {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(env.project().join(".ai/knowledge").join(rel))
+            .unwrap();
+        file.set_modified(hour_ago).unwrap();
+    }
+    env.ok(&["remote", "push"]);
+    let store = env.project().join(".ai/state/objects");
+    let stamps = files_under(&store.join("stamps"));
+    assert_eq!(
+        stamps.len(),
+        2,
+        "the project's and the user space's: {stamps:?}"
+    );
+    // The objects go, the stamps stay; one note changes.
+    for part in ["objects", "blobs"] {
+        std::fs::remove_dir_all(store.join(part)).unwrap();
+    }
+    env.write(".ai/knowledge/notes/n0.md", "# zero\n");
+    let pushed = env.ok(&["remote", "push"]);
+    assert_eq!(pushed["status"], "pushed", "{pushed:#}");
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["head"], pushed["snapshot_hash"]);
+    // What the node now holds is the project as it is: a pull changes
+    // nothing.
+    let pulled = env.ok(&["remote", "pull"]);
+    assert_eq!(pulled["status"], "up-to-date", "{pulled:#}");
 }

@@ -2,11 +2,13 @@
 //! files here, any S3 API with its `aws` feature), as the store of blobs
 //! and objects `rye-cas` reads and writes.
 //!
-//! Every key is written once, with the bytes its hash names, so nothing
-//! here needs a conditional write: a store that overwrites a key writes
-//! the same bytes again, and every read is checked against its hash by
-//! `rye-cas`. Whether an object exists is the database's to answer; the
-//! store is asked only for the bytes.
+//! Every key is written with the bytes its hash names, so nothing here
+//! needs a conditional write: a store that overwrites a key writes the
+//! same bytes again, and every read is checked against its hash by
+//! `rye-cas`. A key already holding as many bytes as a write brings is
+//! not written again (writing is what costs; a key cut short by a crash
+//! holds fewer and is written whole). Whether a principal holds an object
+//! is the database's to answer; the store is asked only for the bytes.
 
 use std::io;
 use std::sync::Arc;
@@ -50,8 +52,14 @@ impl rye_cas::Storage for ObjectBytes {
     }
 
     async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        let at = location(key)?;
+        match self.store.head(&at).await {
+            Ok(meta) if meta.size == bytes.len() as u64 => return Ok(()),
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(io::Error::other(e)),
+        }
         self.store
-            .put(&location(key)?, PutPayload::from(bytes.to_vec()))
+            .put(&at, PutPayload::from(bytes.to_vec()))
             .await
             .map(|_| ())
             .map_err(io::Error::other)
@@ -97,8 +105,21 @@ mod tests {
         assert_eq!(cas.get_blob(&absent).await.unwrap(), None);
         assert_eq!(cas.has(&absent).await.unwrap(), None);
 
-        // Bytes changed in the store behind the node's back.
+        // A key cut short (a write a crash interrupted) is written whole
+        // by the next put; a whole one is left as it is.
         let file = dir.path().join(rye_cas::Class::Blob.key(&blob));
+        std::fs::write(&file, b"hel").unwrap();
+        cas.put_blob(b"hello\n").await.unwrap();
+        assert_eq!(cas.get_blob(&blob).await.unwrap().unwrap(), b"hello\n");
+        let written = std::fs::metadata(&file).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        cas.put_blob(b"hello\n").await.unwrap();
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().modified().unwrap(),
+            written
+        );
+
+        // Bytes changed in the store behind the node's back.
         std::fs::write(&file, b"tampered").unwrap();
         assert!(cas.get_blob(&blob).await.is_err());
         cas.delete(rye_cas::Class::Blob, &blob).await.unwrap();

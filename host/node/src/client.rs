@@ -25,6 +25,7 @@ use rye_sync::auth;
 use rye_sync::manifest::{self, SpaceKind};
 use rye_sync::merge::{Tree, three_way};
 use rye_sync::policy::{Policy, merge_into};
+use rye_sync::stamps::Stamps;
 use serde_json::{Value, json};
 
 use crate::keys;
@@ -56,6 +57,9 @@ pub enum ClientError {
     Node { status: u16, body: Value },
     #[error("{0}")]
     Local(String),
+    /// A manifest names an object the project's store lacks.
+    #[error("{0}: the project's store (.ai/state/objects) lacks it")]
+    NotStored(String),
 }
 
 fn local(e: impl std::fmt::Display) -> ClientError {
@@ -497,6 +501,38 @@ impl Ref {
     }
 }
 
+/// The manifest of the space at `root`, reading only the files the
+/// stamps of its last build (when trusted) do not vouch for. The stamps
+/// live in the project's store, so removing the store takes them along;
+/// objects removed from it one by one surface as
+/// [`ClientError::NotStored`], and the push builds again trusting none.
+async fn build_space(
+    cas: &Cas<LocalStorage>,
+    root: &Path,
+    space: SpaceKind,
+    policy: &Policy,
+    trust_stamps: bool,
+) -> Result<manifest::Built, ClientError> {
+    let at = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    let file = cas.storage().root().join("stamps").join(format!(
+        "{}-{}.json",
+        space.name(),
+        &ContentHash::of(at.to_string_lossy().as_bytes()).hex()[..16]
+    ));
+    let known = if trust_stamps {
+        Stamps::load(&file)
+    } else {
+        None
+    };
+    let (built, stamps) = manifest::build_stamped(cas, root, space, policy, known.as_ref())
+        .await
+        .map_err(local)?;
+    // Only a cache: a build that cannot keep its stamps costs the next
+    // build a full read, nothing more.
+    let _ = stamps.save(&file);
+    Ok(built)
+}
+
 /// The project's own store of objects.
 pub fn local_cas(project: &Path) -> Cas<LocalStorage> {
     Cas::new(LocalStorage::new(project.join(".ai/state/objects")))
@@ -533,7 +569,7 @@ async fn new_hashes(
         cas.get_object(&hash)
             .await
             .map_err(local)?
-            .ok_or_else(|| ClientError::Local(format!("object {} is missing", hash.hex())))
+            .ok_or_else(|| ClientError::NotStored(format!("object {}", hash.hex())))
     };
     let new = Tree::of_manifest(&read(*manifest).await?);
     let known_value = match known.and_then(|k| k.parse::<ContentHash>().ok()) {
@@ -646,9 +682,7 @@ impl Client {
                 None => match cas.get_object(&parsed).await.map_err(local)? {
                     Some(value) => ("object", rye_cas::canonical::to_vec(&value)),
                     None => {
-                        return Err(ClientError::Local(format!(
-                            "the node lacks {hash}, which is not in the project's store either"
-                        )));
+                        return Err(ClientError::NotStored(format!("the node lacks {hash}")));
                     }
                 },
             };
@@ -814,6 +848,30 @@ impl Client {
         policy_spaces: &[&Path],
         project_path: &str,
     ) -> Result<Pushed, ClientError> {
+        match self
+            .push_built(project, user, policy_spaces, project_path, true)
+            .await
+        {
+            // Stamps vouched for files whose objects have since left the
+            // project's store: every file is read again.
+            Err(ClientError::NotStored(_)) => {
+                self.push_built(project, user, policy_spaces, project_path, false)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// [`Client::push`], the manifests built trusting the stamps of the
+    /// last build or not.
+    async fn push_built(
+        &self,
+        project: &Path,
+        user: Option<&Path>,
+        policy_spaces: &[&Path],
+        project_path: &str,
+        trust_stamps: bool,
+    ) -> Result<Pushed, ClientError> {
         let policy = Policy::load(policy_spaces).map_err(local)?;
         let cas = local_cas(project);
         let mut last = Ref::read(project, &self.remote.name)?;
@@ -822,16 +880,12 @@ impl Client {
         {
             self.assume_limits(limits);
         }
-        let built = manifest::build(&cas, project, SpaceKind::Project, &policy)
-            .await
-            .map_err(local)?;
+        let built = build_space(&cas, project, SpaceKind::Project, &policy, trust_stamps).await?;
         let mut skipped = built.skipped.clone();
         let user_built = match user.filter(|u| u.join(".ai").is_dir()) {
-            Some(user) => Some(
-                manifest::build(&cas, user, SpaceKind::User, &policy)
-                    .await
-                    .map_err(local)?,
-            ),
+            Some(user) => {
+                Some(build_space(&cas, user, SpaceKind::User, &policy, trust_stamps).await?)
+            }
             None => None,
         };
         if let Some(u) = &user_built {

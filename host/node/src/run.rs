@@ -1,5 +1,7 @@
-//! Running an item on the node: a fresh execution space copied from the
-//! snapshot's checkout, a `rye execute` of the item in it under the
+//! Running an item on the node: a workspace holding exactly the
+//! snapshot's files (kept from run to run of a project and brought to
+//! each run's snapshot by what differs), a `rye execute` of the item in
+//! it under the
 //! spawner's containment (the node's own program, as a process of its
 //! own: a run that crashes or hangs takes nothing of the node with it),
 //! and what the run left under `.ai/state/` and `.ai/knowledge/state/`
@@ -7,9 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rye_cas::{Cas, ContentHash, Storage};
+use rye_sync::SyncError;
+use rye_sync::materialize::{self, Synced};
+use rye_sync::stamps::Stamps;
 use serde_json::Value;
 
 /// The folders a run's outputs are gathered from, relative to the
@@ -45,34 +52,98 @@ pub enum RunError {
     NoResult { code: Option<i32>, stderr: String },
 }
 
-/// A run's own folder, removed when dropped: `project/` and `user/`
-/// copied from a checkout, and an empty `home/`.
-#[derive(Debug)]
-pub struct ExecSpace {
-    pub root: PathBuf,
+/// The folders runs happen in, kept from run to run per principal and
+/// project. A run takes a free one (or a new one), brings it to its
+/// snapshot by writing only what differs and removing everything else
+/// ([`materialize::sync`]), and gives it back once its changes have been
+/// read; one that is not given back is removed. A project of ten
+/// thousand files changed in one is thus one file written per run, not
+/// ten thousand.
+pub struct Workspaces {
+    root: PathBuf,
+    free: Mutex<Vec<Workspace>>,
+    next: AtomicU64,
+    /// How many free ones are kept; past that the oldest go.
+    keep: usize,
 }
 
-impl ExecSpace {
-    /// Copies the checkout `from` (with `project/` and maybe `user/`) to
-    /// `<under>/<name>/`.
-    pub fn prepare(from: &Path, under: &Path, name: &str) -> std::io::Result<ExecSpace> {
-        let root = under.join(name);
-        if root.exists() {
-            std::fs::remove_dir_all(&root)?;
+impl Workspaces {
+    /// Workspaces under `root`, which must hold nothing else: whatever an
+    /// earlier start left there is removed.
+    pub fn open(root: PathBuf, keep: usize) -> std::io::Result<Workspaces> {
+        match std::fs::remove_dir_all(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
-        std::fs::create_dir_all(root.join("home"))?;
-        let space = ExecSpace { root };
-        for part in ["project", "user"] {
-            let source = from.join(part);
-            if source.is_dir() {
-                copy_tree(&source, &space.root.join(part))?;
-            } else {
-                std::fs::create_dir_all(space.root.join(part))?;
-            }
-        }
-        Ok(space)
+        std::fs::create_dir_all(&root)?;
+        Ok(Workspaces {
+            root,
+            free: Mutex::new(Vec::new()),
+            next: AtomicU64::new(0),
+            keep,
+        })
     }
 
+    fn key(principal: &str, project: &str) -> String {
+        ContentHash::of(format!("{principal}\n{project}").as_bytes()).hex()[..16].to_owned()
+    }
+
+    /// A free workspace of `principal`'s `project`, else a new one.
+    pub fn take(&self, principal: &str, project: &str) -> Workspace {
+        let key = Workspaces::key(principal, project);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        match free.iter().rposition(|w| w.key == key) {
+            Some(at) => free.remove(at),
+            None => {
+                drop(free);
+                self.fresh(principal, project)
+            }
+        }
+    }
+
+    /// A new, empty workspace of `principal`'s `project`.
+    pub fn fresh(&self, principal: &str, project: &str) -> Workspace {
+        let key = Workspaces::key(principal, project);
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        Workspace {
+            root: self.root.join(&key).join(n.to_string()),
+            key,
+            project_stamps: None,
+            user_stamps: None,
+        }
+    }
+
+    /// Keeps `workspace` for the next run of its project.
+    pub fn give_back(&self, workspace: Workspace) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(workspace);
+        if free.len() > self.keep {
+            // Dropped (and removed) outside the lock.
+            let oldest = free.remove(0);
+            drop(free);
+            drop(oldest);
+        }
+    }
+
+    /// How many workspaces are free.
+    pub fn free(&self) -> usize {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// One run's folder: `project/` and `user/` as the snapshot has them, an
+/// empty `home/`; removed when dropped.
+#[derive(Debug)]
+pub struct Workspace {
+    pub root: PathBuf,
+    key: String,
+    /// What `project/` and `user/` held when last synced or read.
+    project_stamps: Option<Stamps>,
+    user_stamps: Option<Stamps>,
+}
+
+impl Workspace {
     pub fn project(&self) -> PathBuf {
         self.root.join("project")
     }
@@ -80,29 +151,84 @@ impl ExecSpace {
     pub fn user(&self) -> PathBuf {
         self.root.join("user")
     }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    /// Whether an earlier run used it.
+    pub fn reused(&self) -> bool {
+        self.project_stamps.is_some()
+    }
+
+    /// Makes `project/` hold exactly `project` (a manifest), `user/`
+    /// exactly `user` (none: empty) and `home/` nothing; what the project
+    /// sync did.
+    pub async fn prepare<S: Storage>(
+        &mut self,
+        cas: &Cas<S>,
+        project: &Value,
+        user: Option<&Value>,
+    ) -> Result<Synced, SyncError> {
+        let (done, stamps) =
+            materialize::sync(cas, project, &self.project(), self.project_stamps.as_ref()).await?;
+        self.project_stamps = Some(stamps);
+        let empty = serde_json::json!({});
+        let (_, stamps) = materialize::sync(
+            cas,
+            user.unwrap_or(&empty),
+            &self.user(),
+            self.user_stamps.as_ref(),
+        )
+        .await?;
+        self.user_stamps = Some(stamps);
+        empty_folder(&self.home())?;
+        Ok(done)
+    }
+
+    /// What `project/` held when last synced or read.
+    pub fn project_stamps(&self) -> Option<&Stamps> {
+        self.project_stamps.as_ref()
+    }
+
+    /// After a run whose changes were read (with `stamps`, of the
+    /// project as it then was): the inner host's own state and the home
+    /// folder go, so nothing of the run lingers but the project's files.
+    pub fn ran(&mut self, stamps: Stamps) -> Result<(), SyncError> {
+        self.project_stamps = Some(stamps);
+        let state = self.project().join(".ai/state");
+        match std::fs::remove_dir_all(&state) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(SyncError::Io {
+                    path: state.display().to_string(),
+                    source: e,
+                });
+            }
+        }
+        empty_folder(&self.home())
+    }
 }
 
-impl Drop for ExecSpace {
+impl Drop for Workspace {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
-/// Copies the plain files and folders of `from` into `to`; a checkout
-/// holds nothing else, and anything else is left behind.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
-        }
+/// Makes `folder` an empty folder.
+fn empty_folder(folder: &Path) -> Result<(), SyncError> {
+    let io = |e: std::io::Error| SyncError::Io {
+        path: folder.display().to_string(),
+        source: e,
+    };
+    match std::fs::remove_dir_all(folder) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
     }
-    Ok(())
+    std::fs::create_dir_all(folder).map_err(io)
 }
 
 impl Runner {
@@ -111,7 +237,7 @@ impl Runner {
     /// result.
     pub async fn run(
         &self,
-        space: &ExecSpace,
+        space: &Workspace,
         kind: &str,
         id: &str,
         parameters: &Value,
@@ -136,7 +262,7 @@ impl Runner {
             plan = plan.env(name, value);
         }
         plan = plan
-            .env("HOME", text(space.root.join("home")))
+            .env("HOME", text(space.home()))
             .env("USER_SPACE", text(space.user()))
             .env(
                 "RYE_SIGNING_KEY_DIR",
@@ -251,5 +377,48 @@ fn gather(
         } else {
             found.push((child, entry.path()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workspace_goes_back_to_its_project_and_the_oldest_free_one_goes_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("executions");
+        std::fs::create_dir_all(root.join("left/over")).unwrap();
+        let pool = Workspaces::open(root.clone(), 2).unwrap();
+        assert!(!root.join("left").exists(), "an earlier start's are swept");
+
+        let a = pool.take("alice", "p");
+        let a_root = a.root.clone();
+        std::fs::create_dir_all(a.project()).unwrap();
+        // Another project, another principal: never the same folder.
+        let b = pool.take("bob", "p");
+        let c = pool.take("alice", "q");
+        assert_ne!(b.root, a_root);
+        assert_ne!(c.root.parent(), a_root.parent());
+        pool.give_back(a);
+        let again = pool.take("alice", "p");
+        assert_eq!(again.root, a_root);
+        // Not given back: removed.
+        drop(again);
+        assert!(!a_root.exists());
+
+        // Past two free ones, the oldest is removed.
+        let roots: Vec<PathBuf> = [b, c, pool.take("carol", "r")]
+            .into_iter()
+            .map(|w| {
+                std::fs::create_dir_all(w.project()).unwrap();
+                let root = w.root.clone();
+                pool.give_back(w);
+                root
+            })
+            .collect();
+        assert_eq!(pool.free(), 2);
+        assert!(!roots[0].exists());
+        assert!(roots[1].exists() && roots[2].exists());
     }
 }

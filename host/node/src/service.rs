@@ -31,13 +31,13 @@ use tokio::sync::Semaphore;
 use crate::bytes::ObjectBytes;
 use crate::db::{Db, DbError, ThreadRow};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
-use crate::run::{ExecSpace, RunError, Runner};
+use crate::run::{RunError, Runner, Workspaces};
 use crate::tracked::Tracked;
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where the node keeps its database, objects, key and checkouts.
+    /// Where the node keeps its database, objects, key and workspaces.
     pub base: PathBuf,
     /// The name it answers with (`remote_name`).
     pub name: String,
@@ -80,6 +80,7 @@ pub struct Node {
     slots: Arc<Semaphore>,
     active: AtomicUsize,
     identity: Value,
+    workspaces: Workspaces,
 }
 
 /// Why a node could not start.
@@ -138,17 +139,13 @@ impl Node {
         if interrupted > 0 {
             tracing::warn!("{interrupted} runs of an earlier start were cut short");
         }
-        // The execution spaces of runs an earlier start left behind (killed
-        // mid-run): no run of this start uses them.
+        // The workspaces an earlier start left (runs killed midway among
+        // them) are swept: no run of this start uses them.
         let executions = base.join("executions");
-        if let Err(e) = std::fs::remove_dir_all(&executions)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            return Err(StartError::Setup(format!(
-                "sweeping {}: {e}",
-                executions.display()
-            )));
-        }
+        let workspaces = Workspaces::open(executions.clone(), 2 * settings.max_concurrent.max(1))
+            .map_err(|e| {
+            StartError::Setup(format!("sweeping {}: {e}", executions.display()))
+        })?;
         if let Some((wire, label)) = &settings.bootstrap {
             let public = keys::read_wire_key(wire)
                 .map_err(|e| StartError::Setup(format!("the bootstrap key: {e}")))?;
@@ -179,6 +176,7 @@ impl Node {
             key,
             settings,
             identity,
+            workspaces,
         }))
     }
 
@@ -619,6 +617,7 @@ async fn check_closure(
     principal: &str,
     hash: &ContentHash,
     space: &str,
+    verified: Option<&Value>,
 ) -> Result<(), Reply> {
     let bad = |message: String, missing: Vec<String>| {
         reply(
@@ -686,8 +685,23 @@ async fn check_closure(
             })
             .collect()
     };
-    let items = named("items")?;
-    let files = named("files")?;
+    let mut items = named("items")?;
+    let mut files = named("files")?;
+    // What a manifest whose closure was checked before (the head's) also
+    // names is held already: only the rest is asked about. Objects a
+    // head reaches are never let go while it does.
+    if let Some(verified) = verified {
+        let known = |key: &str| -> std::collections::HashSet<&str> {
+            verified
+                .get(key)
+                .and_then(Value::as_object)
+                .map(|m| m.values().filter_map(Value::as_str).collect())
+                .unwrap_or_default()
+        };
+        let (known_items, known_files) = (known("items"), known("files"));
+        items.retain(|(_, h)| !known_items.contains(h.as_str()));
+        files.retain(|(_, h)| !known_files.contains(h.as_str()));
+    }
     let first: Vec<String> = items.iter().chain(&files).map(|(_, h)| h.clone()).collect();
     let held = node
         .db
@@ -774,7 +788,6 @@ async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
                                          node.settings.system_version)}),
             ));
         }
-        check_closure(&node, &principal, &manifest, "project").await?;
         let head = node
             .db
             .head(&principal, &project)
@@ -796,15 +809,16 @@ async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
             .map_err(internal)?
             .and_then(|u| u.manifest.parse().ok());
         let cas = node.cas();
+        let current = match expected {
+            Some(head) => cas.get_object(&head).await.map_err(internal)?,
+            None => None,
+        };
         // The head already names this project and user space: nothing to
         // record, the push is confirmed as it stands.
-        if let Some(head) = expected {
-            let current = cas.get_object(&head).await.map_err(internal)?;
-            let same = current.is_some_and(|c| {
-                c["project_manifest_hash"].as_str() == Some(manifest.hex().as_str())
-                    && c["user_manifest_hash"].as_str().map(str::to_owned)
-                        == user.map(|u: ContentHash| u.hex())
-            });
+        if let (Some(head), Some(c)) = (expected, &current) {
+            let same = c["project_manifest_hash"].as_str() == Some(manifest.hex().as_str())
+                && c["user_manifest_hash"].as_str().map(str::to_owned)
+                    == user.map(|u: ContentHash| u.hex());
             if same {
                 return Ok(json!({
                     "status": "ok",
@@ -816,6 +830,18 @@ async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
                 }));
             }
         }
+        // Anything new names only what the principal holds: checked
+        // from the database before any snapshot is stored. (The head's
+        // own closure was checked when it was set.)
+        let verified = match current
+            .as_ref()
+            .and_then(|c| c["project_manifest_hash"].as_str())
+            .and_then(|h| h.parse::<ContentHash>().ok())
+        {
+            Some(hash) => cas.get_object(&hash).await.map_err(internal)?,
+            None => None,
+        };
+        check_closure(&node, &principal, &manifest, "project", verified.as_ref()).await?;
         let snapshot = snapshot::store(
             &cas,
             &NewSnapshot {
@@ -873,7 +899,7 @@ async fn push_user_space(State(node): State<Arc<Node>>, call: Signed<Push>) -> A
                 )
             })?),
         };
-        check_closure(&node, &principal, &manifest, "user").await?;
+        check_closure(&node, &principal, &manifest, "user", None).await?;
         match node
             .db
             .push_user_space(&principal, expected, &manifest.hex(), now_secs() as i64)
@@ -1138,13 +1164,31 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
 type Failed = (&'static str, String);
 
 async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
-    let base_dir = &node.settings.base;
     let cas = node.cas();
-    let checkout = materialize::checkout(&cas, &job.base, &base_dir.join("cache"))
+    let mut laps = Laps::start();
+    let (project_manifest, user_manifest) = snapshot_manifests(&cas, &job.base)
         .await
-        .map_err(|e| ("checkout", e.to_string()))?;
-    let space = ExecSpace::prepare(&checkout, &base_dir.join("executions"), &job.thread_id)
-        .map_err(|e| ("checkout", format!("the execution space: {e}")))?;
+        .map_err(|e| ("checkout", e))?;
+    let mut space = node.workspaces.take(&job.principal, &job.project);
+    let mut synced = space
+        .prepare(&cas, &project_manifest, user_manifest.as_ref())
+        .await;
+    if let Err(e) = &synced
+        && space.reused()
+    {
+        // Whatever the last run left that could not be cleared goes with
+        // its folder; a new one is made from nothing.
+        tracing::warn!(
+            "a kept workspace could not be brought to {}: {e}",
+            job.base.hex()
+        );
+        space = node.workspaces.fresh(&job.principal, &job.project);
+        synced = space
+            .prepare(&cas, &project_manifest, user_manifest.as_ref())
+            .await;
+    }
+    let synced = synced.map_err(|e| ("checkout", format!("the execution space: {e}")))?;
+    laps.lap("checkout");
     let trusted = space.root.join("principal.pem");
     let key = node
         .db
@@ -1164,6 +1208,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         Err(e @ RunError::TimedOut(_)) => json!({"status": "error", "error": e.to_string()}),
         Err(e) => return Err(("run", e.to_string())),
     };
+    laps.lap("run");
     let (files, skipped) = crate::run::outputs(&cas, &space.project())
         .await
         .map_err(|e| ("outputs", e.to_string()))?;
@@ -1186,14 +1231,16 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
     let user = space.user();
     let policy = Policy::load(&[&user.join(".ai"), &space.project().join(".ai")])
         .map_err(|e| ("outputs", e.to_string()))?;
-    let built = manifest::build(
+    let (built, stamps) = manifest::build_stamped(
         &cas,
         &space.project(),
         manifest::SpaceKind::Project,
         &policy,
+        space.project_stamps(),
     )
     .await
     .map_err(|e| ("outputs", e.to_string()))?;
+    laps.lap("outputs");
     let heads = DbHeads {
         db: &node.db,
         principal: &job.principal,
@@ -1219,6 +1266,14 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         .hold(&job.principal, &written, now_secs() as i64)
         .await
         .map_err(|e| ("fold-back", e.to_string()))?;
+    laps.lap("fold_back");
+    match space.ran(stamps) {
+        Ok(()) => node.workspaces.give_back(space),
+        Err(e) => tracing::warn!(
+            "a workspace could not be cleared after {}: {e}",
+            job.thread_id
+        ),
+    }
     let status = if result.get("status").and_then(Value::as_str) == Some("error") {
         "error"
     } else {
@@ -1239,6 +1294,8 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         "new_object_hashes": new_objects,
         "result": result,
         "system_version": node.settings.system_version,
+        "workspace": {"kept": synced.kept, "written": synced.written, "removed": synced.removed},
+        "timings_ms": laps.into_json(),
     });
     if !skipped.is_empty() {
         record["skipped_outputs"] = json!(
@@ -1253,6 +1310,68 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         record["unmerged_snapshot"] = json!(folded.run_snapshot.map(|h| h.hex()));
     }
     Ok(record)
+}
+
+/// The project and user manifests of the snapshot `base`.
+async fn snapshot_manifests(
+    cas: &Cas<Tracked<ObjectBytes>>,
+    base: &ContentHash,
+) -> Result<(Value, Option<Value>), String> {
+    let object = |hash: ContentHash| async move {
+        cas.get_object(&hash)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("object {} is not in the store", hash.hex()))
+    };
+    let snapshot = object(*base).await?;
+    if snapshot.get("kind").and_then(Value::as_str) != Some("project_snapshot") {
+        return Err(format!("{} is no project_snapshot", base.hex()));
+    }
+    let mut manifests = Vec::new();
+    for key in ["project_manifest_hash", "user_manifest_hash"] {
+        manifests.push(match snapshot.get(key).and_then(Value::as_str) {
+            Some(hash) => {
+                let hash = hash
+                    .parse()
+                    .map_err(|_| format!("{key} of {} is no hash", base.hex()))?;
+                Some(object(hash).await?)
+            }
+            None => None,
+        });
+    }
+    let user = manifests.pop().flatten();
+    let project = manifests
+        .pop()
+        .flatten()
+        .ok_or_else(|| format!("{} names no project manifest", base.hex()))?;
+    Ok((project, user))
+}
+
+/// How long each phase of a run took, in milliseconds.
+struct Laps {
+    last: std::time::Instant,
+    laps: Map<String, Value>,
+}
+
+impl Laps {
+    fn start() -> Laps {
+        Laps {
+            last: std::time::Instant::now(),
+            laps: Map::new(),
+        }
+    }
+
+    fn lap(&mut self, name: &str) {
+        let now = std::time::Instant::now();
+        let ms = (now - self.last).as_secs_f64() * 1000.0;
+        self.laps
+            .insert(name.to_owned(), json!((ms * 10.0).round() / 10.0));
+        self.last = now;
+    }
+
+    fn into_json(self) -> Value {
+        Value::Object(self.laps)
+    }
 }
 
 fn limit(uri: &Uri, default: i64, max: i64) -> Result<i64, Reply> {

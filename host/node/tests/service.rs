@@ -141,6 +141,10 @@ fn project(dir: &Path, n: usize, tag: &str) {
     }
 }
 
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 fn keypair_copy(key: &Keypair) -> Keypair {
     Keypair::from_private_pem(&key.private_pem().unwrap()).unwrap()
 }
@@ -305,7 +309,6 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
         .authorize(alice.public(), "alice", &["*".into()])
         .await
         .unwrap();
-    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let good = b"good bytes\n";
     let good_hash = rye_cas::ContentHash::of(good).hex();
     let bad_put = json!({"entries": [
@@ -665,5 +668,61 @@ async fn a_client_splits_its_requests_to_the_limits_the_node_advertises() {
     let pushed = again.push(&changed, None, &[], "q").await.unwrap();
     assert_eq!(pushed.sent, 2_401, "{pushed:?}");
     assert_eq!(again.known_limits(), Some(limits));
+    served.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(&dir.path().join("node")).await;
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let fp = served.node.fingerprint().to_owned();
+    let folder = dir.path().join("p");
+    project(&folder, 3, "x");
+    let pins = dir.path().join("known_nodes.json");
+    let client = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let pushed = client.push(&folder, None, &[], "p").await.unwrap();
+    // The head's manifest, one item added that was never sent.
+    let local = rye_node::client::local_cas(&folder);
+    let mut manifest = local
+        .get_object(&pushed.project_manifest.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let absent = rye_cas::ContentHash::of(b"never sent").hex();
+    manifest["items"][".ai/knowledge/notes/extra.md"] = json!(absent);
+    let bytes = rye_cas::canonical::to_vec(&manifest);
+    let hash = rye_cas::ContentHash::of(&bytes).hex();
+    let (status, answer) = fresh(
+        (&served.url, &fp),
+        &alice,
+        "POST",
+        "/objects/put",
+        &json!({"entries": [{"hash": hash, "kind": "object", "data": b64(&bytes)}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let push = json!({"project_path": "p", "project_manifest_hash": hash,
+                      "system_version": env!("CARGO_PKG_VERSION"),
+                      "expected_snapshot_hash": pushed.snapshot});
+    let (status, answer) = fresh((&served.url, &fp), &alice, "POST", "/push", &push).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["missing"], json!([absent]));
+    assert_eq!(
+        served
+            .node
+            .db()
+            .head(alice.fingerprint(), "p")
+            .await
+            .unwrap(),
+        Some(pushed.snapshot.clone())
+    );
     served.task.abort();
 }

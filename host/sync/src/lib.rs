@@ -14,6 +14,7 @@ pub mod merge;
 pub mod objects;
 pub mod policy;
 pub mod snapshot;
+pub mod stamps;
 
 /// Why a manifest could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use crate::SyncError;
 use crate::policy::Policy;
+use crate::stamps::{Stamp, Stamps};
 
 /// The item folders under `.ai/` and the kind of item each holds.
 pub const ITEM_FOLDERS: [(&str, ItemKind); 4] = [
@@ -62,6 +63,20 @@ pub async fn build<S: Storage>(
     space: SpaceKind,
     policy: &Policy,
 ) -> Result<Built, SyncError> {
+    Ok(build_stamped(cas, root, space, policy, None).await?.0)
+}
+
+/// [`build`], reading only the files `known` does not vouch for (their
+/// entries, and the objects those name, are taken to be in `cas`); with
+/// the stamps of every file it names, for the next build.
+pub async fn build_stamped<S: Storage>(
+    cas: &Cas<S>,
+    root: &Path,
+    space: SpaceKind,
+    policy: &Policy,
+    known: Option<&Stamps>,
+) -> Result<(Built, Stamps), SyncError> {
+    let mut stamps = Stamps::begin();
     let mut found = Found::default();
     // A space whose `.ai/`, or one of its item folders, is a link is not
     // walked through the link: what it points at is not the space's.
@@ -87,18 +102,38 @@ pub async fn build<S: Storage>(
     }
     let mut items = BTreeMap::new();
     for (rel, path) in std::mem::take(&mut found.files) {
-        let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
-        let source = item_source(&rel, &bytes)
-            .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
-        cas.put_blob(&bytes).await?;
-        items.insert(rel, Value::from(cas.put_object(&source).await?.hex()));
+        let Some(meta) = plain_file(&path, &rel, &mut found.skipped)? else {
+            continue;
+        };
+        let entry = match known.and_then(|k| k.known(&rel, &meta)) {
+            Some(stamp) => stamp.entry.clone(),
+            None => {
+                let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
+                let source = item_source(&rel, &bytes)
+                    .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
+                cas.put_blob(&bytes).await?;
+                cas.put_object(&source).await?.hex()
+            }
+        };
+        stamps.insert(rel.clone(), Stamp::of(&meta, entry.clone()));
+        items.insert(rel, Value::from(entry));
     }
     let mut files = BTreeMap::new();
     if space == SpaceKind::Project {
         walk_files(root, "", policy, &mut found)?;
         for (rel, path) in std::mem::take(&mut found.files) {
-            let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
-            files.insert(rel, Value::from(cas.put_blob(&bytes).await?.hex()));
+            let Some(meta) = plain_file(&path, &rel, &mut found.skipped)? else {
+                continue;
+            };
+            let entry = match known.and_then(|k| k.known(&rel, &meta)) {
+                Some(stamp) => stamp.entry.clone(),
+                None => {
+                    let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
+                    cas.put_blob(&bytes).await?.hex()
+                }
+            };
+            stamps.insert(rel.clone(), Stamp::of(&meta, entry.clone()));
+            files.insert(rel, Value::from(entry));
         }
     }
     let mut fields = Map::new();
@@ -107,11 +142,29 @@ pub async fn build<S: Storage>(
     fields.insert("files".into(), Value::Object(files.into_iter().collect()));
     let manifest = object("source_manifest", fields);
     let hash = cas.put_object(&manifest).await?;
-    Ok(Built {
+    let built = Built {
         hash,
         manifest,
         skipped: found.skipped,
-    })
+    };
+    Ok((built, stamps))
+}
+
+/// The metadata of the file the walk found at `path`, read before its
+/// bytes; `None` (and the path named in `skipped`) when it is no longer
+/// a plain file.
+fn plain_file(
+    path: &Path,
+    rel: &str,
+    skipped: &mut Vec<(String, &'static str)>,
+) -> Result<Option<std::fs::Metadata>, SyncError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| SyncError::io(path, e))?;
+    if meta.is_file() {
+        Ok(Some(meta))
+    } else {
+        skipped.push((rel.to_owned(), "not a plain file"));
+        Ok(None)
+    }
 }
 
 #[derive(Default)]
@@ -235,6 +288,18 @@ pub fn item_ref(rel: &str) -> Option<(ItemKind, String)> {
         None => stem.to_owned(),
     };
     Some((*kind, id))
+}
+
+/// The manifest entry of the bytes `bytes` at `rel`: for an item (under
+/// an item folder, `item` true) the hash of its `item_source` object, for
+/// any other file the hash of the bytes. `None` when `item` is true but
+/// `rel` names no item.
+pub fn entry_of(rel: &str, bytes: &[u8], item: bool) -> Option<ContentHash> {
+    if !item {
+        return Some(ContentHash::of(bytes));
+    }
+    let source = item_source(rel, bytes)?;
+    Some(ContentHash::of(&rye_cas::canonical::to_vec(&source)))
 }
 
 /// The `item_source` object of the file at `rel` holding `bytes`: its

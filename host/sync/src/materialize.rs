@@ -1,20 +1,17 @@
-//! A manifest made into files again: what a node runs in, and what `pull`
-//! writes.
+//! A manifest made into files again: the workspace a node runs in, and
+//! what `pull` writes.
 //!
 //! Every path is checked before anything is written: a path that is
 //! absolute, empty, has an empty, `.` or `..` part, a backslash or a NUL
 //! is refused with the path named. Writes then go through a capability
 //! handle on the target folder (`cap-std`): no write can land outside it,
-//! whatever links the folder holds, so a link planted in a cached
-//! snapshot is refused rather than followed. Each file is written to a
-//! temporary name and renamed into place.
-//!
-//! A snapshot is checked out once into `<cache>/snapshots/<hash>/`: built
-//! in a staging folder beside it, marked complete, then renamed into
-//! place, so a crash never leaves a half-built snapshot where a run would
-//! use it.
+//! whatever links the folder holds. A workspace is first cleared of
+//! anything the manifest does not name, links included (removed, never
+//! followed). Each file is written to a temporary name and renamed into
+//! place.
 
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -22,9 +19,8 @@ use rye_cas::{Cas, ContentHash, Storage};
 use serde_json::Value;
 
 use crate::SyncError;
-
-/// The marker of a complete checkout, holding the snapshot's hash.
-pub const COMPLETE_MARKER: &str = ".snapshot_complete";
+use crate::manifest::entry_of;
+use crate::stamps::{Stamp, Stamps};
 
 /// Why `path` may not be written, if it may not.
 pub fn unsafe_path(path: &str) -> Option<&'static str> {
@@ -45,68 +41,6 @@ pub fn unsafe_path(path: &str) -> Option<&'static str> {
         }
     }
     None
-}
-
-/// The bytes each path of `manifest` holds: an item's through its
-/// `item_source`, a file's blob directly.
-async fn contents<S: Storage>(
-    cas: &Cas<S>,
-    manifest: &Value,
-) -> Result<Vec<(String, Vec<u8>)>, SyncError> {
-    let mut out = Vec::new();
-    for (section, via_source) in [("items", true), ("files", false)] {
-        let Some(map) = manifest.get(section).and_then(Value::as_object) else {
-            continue;
-        };
-        for (path, hash) in map {
-            if let Some(why) = unsafe_path(path) {
-                return Err(SyncError::Manifest(format!(
-                    "the manifest names {path:?}, which is not written: {why}"
-                )));
-            }
-            let parse = |value: Option<&Value>| -> Result<ContentHash, SyncError> {
-                value
-                    .and_then(Value::as_str)
-                    .and_then(|h| h.parse().ok())
-                    .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))
-            };
-            let mut blob = parse(Some(hash))?;
-            if via_source {
-                let source = cas.get_object(&blob).await?.ok_or_else(|| {
-                    SyncError::Manifest(format!("{path}: item_source {} is missing", blob.hex()))
-                })?;
-                blob = parse(source.get("content_blob_hash"))?;
-            }
-            let bytes = cas.get_blob(&blob).await?.ok_or_else(|| {
-                SyncError::Manifest(format!("{path}: blob {} is missing", blob.hex()))
-            })?;
-            out.push((path.clone(), bytes));
-        }
-    }
-    Ok(out)
-}
-
-/// Writes the files `manifest` names into the folder `target` (made if
-/// missing). Nothing is written unless every path is safe and every
-/// object and blob present.
-pub async fn materialize<S: Storage>(
-    cas: &Cas<S>,
-    manifest: &Value,
-    target: &Path,
-) -> Result<usize, SyncError> {
-    let files = contents(cas, manifest).await?;
-    std::fs::create_dir_all(target).map_err(|e| SyncError::io(target, e))?;
-    let dir =
-        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
-    for (path, bytes) in &files {
-        write_within(&dir, path, bytes).map_err(|e| {
-            SyncError::Manifest(format!(
-                "{path} could not be written inside {}: {e}",
-                target.display()
-            ))
-        })?;
-    }
-    Ok(files.len())
 }
 
 /// Writes `writes` and removes `removals` inside the folder `target`,
@@ -145,6 +79,182 @@ pub fn apply(
     Ok(())
 }
 
+/// What [`sync`] did to a folder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Files already holding what the manifest says.
+    pub kept: usize,
+    pub written: usize,
+    /// Files, links and folders removed.
+    pub removed: usize,
+}
+
+/// Makes the folder `target` (made if missing) hold exactly the files
+/// `manifest` names and the folders they are in. A file that `known`
+/// vouches for, or whose bytes are read and found right, is left alone;
+/// the rest are written; everything else there (what an earlier run
+/// left, links, anything not a plain file or folder) is removed, never
+/// followed. Every path of the manifest is checked before anything is
+/// touched. What it did, and the stamps of the files it now holds.
+///
+/// A folder kept from run to run is brought to the next run's snapshot
+/// by writing what differs, where checking out afresh writes every file.
+pub async fn sync<S: Storage>(
+    cas: &Cas<S>,
+    manifest: &Value,
+    target: &Path,
+    known: Option<&Stamps>,
+) -> Result<(Synced, Stamps), SyncError> {
+    let mut stamps = Stamps::begin();
+    let mut wanted: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    for (section, item) in [("items", true), ("files", false)] {
+        let Some(map) = manifest.get(section).and_then(Value::as_object) else {
+            continue;
+        };
+        for (path, hash) in map {
+            if let Some(why) = unsafe_path(path) {
+                return Err(SyncError::Manifest(format!(
+                    "the manifest names {path:?}, which is not written: {why}"
+                )));
+            }
+            let hash = hash
+                .as_str()
+                .filter(|h| h.parse::<ContentHash>().is_ok())
+                .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))?;
+            if wanted
+                .insert(path.clone(), (hash.to_owned(), item))
+                .is_some()
+            {
+                return Err(SyncError::Manifest(format!(
+                    "the manifest names {path:?} twice"
+                )));
+            }
+        }
+    }
+    let mut folders = BTreeSet::new();
+    for path in wanted.keys() {
+        let mut at = path.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if !folders.insert(parent.to_owned()) {
+                break;
+            }
+            at = parent;
+        }
+    }
+    if let Some(both) = wanted.keys().find(|p| folders.contains(*p)) {
+        return Err(SyncError::Manifest(format!(
+            "the manifest names {both:?} as a file and as a folder"
+        )));
+    }
+    std::fs::create_dir_all(target).map_err(|e| SyncError::io(target, e))?;
+    let mut done = Synced::default();
+    let mut present = BTreeMap::new();
+    prune(
+        target,
+        "",
+        &wanted,
+        &folders,
+        &mut present,
+        &mut done.removed,
+    )?;
+    let dir =
+        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
+    let failed = |path: &str, e: std::io::Error| {
+        SyncError::Manifest(format!(
+            "{path} could not be written inside {}: {e}",
+            target.display()
+        ))
+    };
+    for (path, (entry, item)) in &wanted {
+        if let Some(meta) = present.get(path) {
+            if let Some(stamp) = known
+                .and_then(|k| k.known(path, meta))
+                .filter(|s| &s.entry == entry)
+            {
+                stamps.insert(path.clone(), stamp.clone());
+                done.kept += 1;
+                continue;
+            }
+            let bytes = dir.read(path).map_err(|e| failed(path, e))?;
+            if entry_of(path, &bytes, *item).is_some_and(|h| h.hex() == *entry) {
+                stamps.insert(path.clone(), Stamp::of(meta, entry.clone()));
+                done.kept += 1;
+                continue;
+            }
+        }
+        let mut blob: ContentHash = entry.parse().expect("checked above");
+        if *item {
+            let source = cas.get_object(&blob).await?.ok_or_else(|| {
+                SyncError::Manifest(format!("{path}: item_source {entry} is missing"))
+            })?;
+            blob = source
+                .get("content_blob_hash")
+                .and_then(Value::as_str)
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| SyncError::Manifest(format!("{path}: no content blob")))?;
+        }
+        let bytes = cas.get_blob(&blob).await?.ok_or_else(|| {
+            SyncError::Manifest(format!("{path}: blob {} is missing", blob.hex()))
+        })?;
+        write_within(&dir, path, &bytes).map_err(|e| failed(path, e))?;
+        let written = target.join(path);
+        let meta = std::fs::symlink_metadata(&written).map_err(|e| SyncError::io(&written, e))?;
+        stamps.insert(path.clone(), Stamp::of(&meta, entry.clone()));
+        done.written += 1;
+    }
+    Ok((done, stamps))
+}
+
+/// Removes from the folder `rel` under `root` whatever is neither a
+/// wanted file nor a folder holding one; the plain files that are wanted,
+/// with their metadata, go to `present`.
+fn prune(
+    root: &Path,
+    rel: &str,
+    wanted: &BTreeMap<String, (String, bool)>,
+    folders: &BTreeSet<String>,
+    present: &mut BTreeMap<String, std::fs::Metadata>,
+    removed: &mut usize,
+) -> Result<(), SyncError> {
+    let here = if rel.is_empty() {
+        root.to_owned()
+    } else {
+        root.join(rel)
+    };
+    let entries = std::fs::read_dir(&here).map_err(|e| SyncError::io(&here, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| SyncError::io(&here, e))?;
+        let path = entry.path();
+        // The entry itself, never what a link points at.
+        let meta = entry.metadata().map_err(|e| SyncError::io(&path, e))?;
+        let child = entry.file_name().to_str().map(|name| {
+            if rel.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{rel}/{name}")
+            }
+        });
+        match child {
+            Some(child) if meta.is_dir() && folders.contains(&child) => {
+                prune(root, &child, wanted, folders, present, removed)?;
+            }
+            Some(child) if meta.is_file() && wanted.contains_key(&child) => {
+                present.insert(child, meta);
+            }
+            _ => {
+                let gone = if meta.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                gone.map_err(|e| SyncError::io(&path, e))?;
+                *removed += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn write_within(dir: &Dir, path: &str, bytes: &[u8]) -> std::io::Result<()> {
     let (parent, name) = match path.rsplit_once('/') {
         Some((parent, name)) => (Some(parent), name),
@@ -159,83 +269,6 @@ fn write_within(dir: &Dir, path: &str, bytes: &[u8]) -> std::io::Result<()> {
     };
     dir.write(&temp, bytes)?;
     dir.rename(&temp, dir, path)
-}
-
-/// The folder of snapshot `snapshot` (a `project_snapshot` object's hash)
-/// under `cache`, checked out if it is not yet: its project manifest's
-/// files in `project/`, its user manifest's (if any) in `user/`.
-pub async fn checkout<S: Storage>(
-    cas: &Cas<S>,
-    snapshot: &ContentHash,
-    cache: &Path,
-) -> Result<PathBuf, SyncError> {
-    let snapshots = cache.join("snapshots");
-    let done = snapshots.join(snapshot.hex());
-    let marked = |folder: &Path| {
-        std::fs::read_to_string(folder.join(COMPLETE_MARKER))
-            .is_ok_and(|text| text.trim() == snapshot.hex())
-    };
-    if marked(&done) {
-        return Ok(done);
-    }
-    let object = cas.get_object(snapshot).await?.ok_or_else(|| {
-        SyncError::Manifest(format!("snapshot {} is not in the store", snapshot.hex()))
-    })?;
-    if object.get("kind").and_then(Value::as_str) != Some("project_snapshot") {
-        return Err(SyncError::Manifest(format!(
-            "{} is no project_snapshot",
-            snapshot.hex()
-        )));
-    }
-    let staging = snapshots.join(format!(
-        ".staging-{}-{:012x}",
-        snapshot.hex(),
-        rand_suffix()
-    ));
-    let built = async {
-        for (key, folder) in [
-            ("project_manifest_hash", "project"),
-            ("user_manifest_hash", "user"),
-        ] {
-            let Some(hash) = object.get(key).and_then(Value::as_str) else {
-                continue;
-            };
-            let hash: ContentHash = hash.parse().map_err(|_| {
-                SyncError::Manifest(format!("{key} of {} is no hash", snapshot.hex()))
-            })?;
-            let manifest = cas.get_object(&hash).await?.ok_or_else(|| {
-                SyncError::Manifest(format!("manifest {} is not in the store", hash.hex()))
-            })?;
-            materialize(cas, &manifest, &staging.join(folder)).await?;
-        }
-        std::fs::create_dir_all(staging.join("project")).map_err(|e| SyncError::io(&staging, e))?;
-        std::fs::write(staging.join(COMPLETE_MARKER), snapshot.hex())
-            .map_err(|e| SyncError::io(&staging, e))
-    };
-    if let Err(e) = built.await {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(e);
-    }
-    if let Err(e) = std::fs::rename(&staging, &done) {
-        let _ = std::fs::remove_dir_all(&staging);
-        // Another checkout of the same snapshot got there first.
-        if marked(&done) {
-            return Ok(done);
-        }
-        return Err(SyncError::io(&done, e));
-    }
-    Ok(done)
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish() & 0xffff_ffff_ffff
 }
 
 #[cfg(test)]

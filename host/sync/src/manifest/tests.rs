@@ -199,3 +199,55 @@ async fn a_space_or_item_folder_that_is_a_link_is_not_walked() {
     assert_eq!(built.manifest["items"], serde_json::json!({}));
     assert!(built.skipped.contains(&(".ai".into(), "a symbolic link")));
 }
+
+#[tokio::test]
+async fn a_stamped_build_reads_only_what_changed_and_names_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let cas = Cas::new(rye_cas::LocalStorage::new(store.path()));
+    for i in 0..20 {
+        let path = dir.path().join(format!(".ai/knowledge/n/{i}.md"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("# {i}\n")).unwrap();
+    }
+    let policy = crate::policy::Policy::load(&[&dir.path().join(".ai")]).unwrap();
+    let (first, mut stamps) = build_stamped(&cas, dir.path(), SpaceKind::Project, &policy, None)
+        .await
+        .unwrap();
+    assert_eq!(stamps.len(), 20);
+    // Stamps taken just after the files were written vouch for none of
+    // them: all are read again, and the manifest is the same.
+    let (same, _) = build_stamped(&cas, dir.path(), SpaceKind::Project, &policy, Some(&stamps))
+        .await
+        .unwrap();
+    assert_eq!(same.hash, first.hash);
+    // Stamps old enough vouch for unchanged files, which are then taken
+    // at their word, unread: a stamp made to name another entry shows
+    // it.
+    let fake = ContentHash::of(b"never read").hex();
+    stamps = crate::stamps::Stamps::from_json(&{
+        let mut v = stamps.to_json();
+        v["taken"] = serde_json::json!(v["taken"].as_i64().unwrap() + 10_000_000_000);
+        v["files"][".ai/knowledge/n/5.md"][4] = serde_json::json!(fake);
+        v
+    })
+    .unwrap();
+    let (trusted, _) = build_stamped(&cas, dir.path(), SpaceKind::Project, &policy, Some(&stamps))
+        .await
+        .unwrap();
+    assert_eq!(trusted.manifest["items"][".ai/knowledge/n/5.md"], fake);
+    assert_eq!(
+        trusted.manifest["items"][".ai/knowledge/n/4.md"],
+        first.manifest["items"][".ai/knowledge/n/4.md"]
+    );
+    // A changed file is read again, whatever its stamp said.
+    std::fs::write(dir.path().join(".ai/knowledge/n/5.md"), "# five\n").unwrap();
+    let (changed, _) = build_stamped(&cas, dir.path(), SpaceKind::Project, &policy, Some(&stamps))
+        .await
+        .unwrap();
+    let plain = build(&cas, dir.path(), SpaceKind::Project, &policy)
+        .await
+        .unwrap();
+    assert_eq!(changed.hash, plain.hash);
+    assert_ne!(changed.manifest["items"][".ai/knowledge/n/5.md"], fake);
+}

@@ -74,10 +74,10 @@ async fn a_manifest_comes_back_as_the_files_it_was_made_from() {
     let f = fixture();
     let built = built(&f).await;
     let target = tempfile::tempdir().unwrap();
-    let written = materialize(&f.cas, &built.manifest, target.path())
+    let (done, _) = sync(&f.cas, &built.manifest, target.path(), None)
         .await
         .unwrap();
-    assert_eq!(written, 4);
+    assert_eq!(done.written, 4);
     assert_eq!(
         listing(target.path()),
         [
@@ -105,7 +105,7 @@ async fn paths_that_leave_the_target_are_refused_and_nothing_is_written() {
         "a\\..\\b",
     ] {
         let manifest = json!({"items": {}, "files": {"ok.txt": blob, path: blob}});
-        let error = materialize(&f.cas, &manifest, &inside)
+        let error = sync(&f.cas, &manifest, &inside, None)
             .await
             .unwrap_err()
             .to_string();
@@ -119,46 +119,39 @@ async fn paths_that_leave_the_target_are_refused_and_nothing_is_written() {
 }
 
 #[tokio::test]
-async fn a_link_planted_in_the_target_is_not_followed() {
+async fn a_link_planted_in_the_target_is_removed_not_followed() {
     let f = fixture();
     let blob = f.cas.put_blob(b"evil\n").await.unwrap().hex();
     let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f.txt"), "outside\n").unwrap();
     let target = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), target.path().join("docs")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("f.txt"), target.path().join("f.txt")).unwrap();
-    for path in ["docs/a.txt", "docs/sub/b.txt"] {
-        let manifest = json!({"files": {path: blob}});
-        let error = materialize(&f.cas, &manifest, target.path())
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("could not be written inside"),
-            "{path}: {error}"
-        );
-    }
-    assert!(
-        listing(outside.path()).is_empty(),
-        "a write went through the link"
-    );
-    // A link to a file is replaced by the file, not written through.
-    let manifest = json!({"files": {"f.txt": blob}});
-    materialize(&f.cas, &manifest, target.path()).await.unwrap();
-    assert!(!outside.path().join("f.txt").exists());
+    let manifest = json!({"files": {"docs/a.txt": blob, "docs/sub/b.txt": blob, "f.txt": blob}});
+    sync(&f.cas, &manifest, target.path(), None).await.unwrap();
     assert_eq!(
-        std::fs::read_to_string(target.path().join("f.txt")).unwrap(),
-        "evil\n"
+        listing(outside.path()),
+        ["f.txt=outside"],
+        "a write went through a link"
+    );
+    for rel in ["docs", "f.txt"] {
+        let meta = std::fs::symlink_metadata(target.path().join(rel)).unwrap();
+        assert!(!meta.file_type().is_symlink(), "{rel} is still a link");
+    }
+    assert_eq!(
+        listing(target.path()),
+        ["docs/a.txt=evil", "docs/sub/b.txt=evil", "f.txt=evil"]
     );
 }
 
 #[tokio::test]
-async fn a_missing_object_writes_nothing() {
+async fn a_missing_object_is_named() {
     let f = fixture();
     let built = built(&f).await;
     let mut manifest = built.manifest.clone();
     manifest["files"]["docs/gone.txt"] = json!(ContentHash::of(b"never stored").hex());
     let target = tempfile::tempdir().unwrap();
-    let error = materialize(&f.cas, &manifest, target.path())
+    let error = sync(&f.cas, &manifest, target.path(), None)
         .await
         .unwrap_err()
         .to_string();
@@ -166,54 +159,72 @@ async fn a_missing_object_writes_nothing() {
         error.contains("docs/gone.txt: blob") && error.contains("is missing"),
         "{error}"
     );
-    assert!(listing(target.path()).is_empty());
 }
 
 #[tokio::test]
-async fn a_snapshot_is_checked_out_once_and_marked_complete() {
+async fn a_kept_folder_is_brought_to_a_manifest_by_writing_only_what_differs() {
     let f = fixture();
-    let built = built(&f).await;
-    let mut fields = serde_json::Map::new();
-    fields.insert("project_manifest_hash".into(), json!(built.hash.hex()));
-    fields.insert("user_manifest_hash".into(), Value::Null);
-    fields.insert("parent_hashes".into(), json!([]));
-    fields.insert("source".into(), json!("push"));
-    let snapshot = f
-        .cas
-        .put_object(&rye_cas::object("project_snapshot", fields))
+    let first = built(&f).await;
+    let target = tempfile::tempdir().unwrap();
+    let space = target.path().join("space");
+    // Into an empty folder: everything written.
+    let (done, stamps) = sync(&f.cas, &first.manifest, &space, None).await.unwrap();
+    assert_eq!((done.kept, done.written, done.removed), (0, 4, 0));
+    assert_eq!(stamps.len(), 4);
+    assert_eq!(listing(&space), listing(f.project.path()));
+
+    // What a run leaves: a changed item, a new file, a link out, a folder
+    // of its own, a file where a folder of the manifest is.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(space.join(".ai/knowledge/k.md"), "changed by the run\n").unwrap();
+    std::fs::create_dir_all(space.join(".ai/state/threads")).unwrap();
+    std::fs::write(space.join(".ai/state/threads/t.json"), "{}").unwrap();
+    std::os::unix::fs::symlink(outside.path(), space.join("docs/out")).unwrap();
+    std::fs::write(outside.path().join("keep.txt"), "outside\n").unwrap();
+    std::fs::remove_dir_all(space.join(".ai/tools/demo")).unwrap();
+    std::fs::write(space.join(".ai/tools/demo"), "a file in a folder's place").unwrap();
+
+    // The next snapshot changes one file and adds one.
+    std::fs::write(f.project.path().join("docs/a.txt"), "a, changed\n").unwrap();
+    std::fs::write(f.project.path().join("docs/b.txt"), "b\n").unwrap();
+    let second = built(&f).await;
+    let (done, _) = sync(&f.cas, &second.manifest, &space, Some(&stamps))
         .await
         .unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let folder = checkout(&f.cas, &snapshot, cache.path()).await.unwrap();
-    assert_eq!(folder, cache.path().join("snapshots").join(snapshot.hex()));
+    assert_eq!(listing(&space), listing(f.project.path()));
+    // Kept: the config (k.md was changed, so rewritten); written: k.md,
+    // the tool, a.txt and b.txt; removed: .ai/state, the link and the
+    // file in the tool folder's place.
     assert_eq!(
-        std::fs::read_to_string(folder.join(COMPLETE_MARKER)).unwrap(),
-        snapshot.hex()
+        (done.kept, done.written, done.removed),
+        (1, 4, 3),
+        "{done:?}"
     );
     assert_eq!(
-        std::fs::read_to_string(folder.join("project/docs/a.txt")).unwrap(),
-        "a\n"
+        std::fs::read_to_string(outside.path().join("keep.txt")).unwrap(),
+        "outside\n",
+        "nothing behind the link was touched"
     );
-    assert!(!folder.join("user").exists());
-    // The second checkout is the first one's folder, not built again.
-    std::fs::write(folder.join("project/touched"), "").unwrap();
-    let again = checkout(&f.cas, &snapshot, cache.path()).await.unwrap();
-    assert_eq!(again, folder);
-    assert!(again.join("project/touched").exists());
-    let staging: Vec<_> = std::fs::read_dir(cache.path().join("snapshots"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(staging.len(), 1, "no staging folder is left: {staging:?}");
+    assert!(!space.join(".ai/state").exists());
+}
 
-    let error = checkout(&f.cas, &built.hash, cache.path())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("is no project_snapshot"), "{error}");
-    let error = checkout(&f.cas, &ContentHash::of(b"x"), cache.path())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("is not in the store"), "{error}");
+#[tokio::test]
+async fn a_sync_refuses_bad_manifests_before_touching_anything() {
+    let f = fixture();
+    let blob = f.cas.put_blob(b"x\n").await.unwrap().hex();
+    let target = tempfile::tempdir().unwrap();
+    std::fs::write(target.path().join("stays.txt"), "here\n").unwrap();
+    for manifest in [
+        json!({"files": {"../up.txt": blob}}),
+        json!({"files": {"a": blob, "a/b": blob}}),
+        json!({"files": {"a": "not a hash"}}),
+        json!({"items": {".ai/knowledge/k.md": blob}, "files": {".ai/knowledge/k.md": blob}}),
+    ] {
+        let error = sync(&f.cas, &manifest, target.path(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(!error.is_empty());
+        assert_eq!(listing(target.path()), ["stays.txt=here"], "{manifest}");
+    }
 }

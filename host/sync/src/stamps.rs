@@ -1,0 +1,212 @@
+//! What the files of a folder looked like when they were last read, so
+//! the next build of its manifest (or the next sync of it to a manifest)
+//! reads only what changed: per path, the file's length, modification
+//! and change times and inode, with the manifest entry its bytes gave
+//! (an `item_source` hash for an item, a blob hash for a file).
+//!
+//! A stamp is trusted only for a file last modified before the stamps
+//! were taken, less a margin wider than any file system's clock tick: a
+//! file written within the tick it was read in could change again with
+//! every stamped fact the same, so such a file is read again (git's
+//! "racy" entries, handled the same way). The change time cannot be set
+//! from user space, so a file whose modification time was put back still
+//! differs from its stamp.
+
+use std::collections::BTreeMap;
+use std::fs::Metadata;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+/// How far before the taking a file must have been modified for its
+/// stamp to be trusted.
+const MARGIN: Duration = Duration::from_secs(2);
+
+/// One file as it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    mtime: i64,
+    ctime: i64,
+    ino: u64,
+    /// The manifest entry of the bytes read.
+    pub entry: String,
+}
+
+impl Stamp {
+    /// The stamp of a file with metadata `meta` (taken before its bytes
+    /// were read) whose bytes gave `entry`.
+    pub fn of(meta: &Metadata, entry: String) -> Stamp {
+        let (mtime, ctime, ino) = facts(meta);
+        Stamp {
+            len: meta.len(),
+            mtime,
+            ctime,
+            ino,
+            entry,
+        }
+    }
+
+    fn matches(&self, meta: &Metadata) -> bool {
+        let (mtime, ctime, ino) = facts(meta);
+        meta.is_file()
+            && self.len == meta.len()
+            && self.mtime == mtime
+            && self.ctime == ctime
+            && self.ino == ino
+    }
+}
+
+#[cfg(unix)]
+fn facts(meta: &Metadata) -> (i64, i64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+    (
+        ns(meta.mtime(), meta.mtime_nsec()),
+        ns(meta.ctime(), meta.ctime_nsec()),
+        meta.ino(),
+    )
+}
+
+/// Without change times and inodes nothing can be trusted: every stamp
+/// differs.
+#[cfg(not(unix))]
+fn facts(_meta: &Metadata) -> (i64, i64, u64) {
+    (i64::MIN, i64::MIN, u64::MAX)
+}
+
+/// The stamps of one folder's files, by relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamps {
+    /// Nanoseconds since the epoch: a file modified at or after this is
+    /// read again whatever its stamp says.
+    taken: i64,
+    files: BTreeMap<String, Stamp>,
+}
+
+impl Stamps {
+    /// New, empty stamps, taken now: call before the files are read.
+    pub fn begin() -> Stamps {
+        let at = SystemTime::now()
+            .checked_sub(MARGIN)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i64);
+        Stamps {
+            taken: at,
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// The entry of the file at `rel` with metadata `meta`, when its
+    /// stamp says its bytes are those it had and it is old enough to be
+    /// trusted.
+    pub fn known(&self, rel: &str, meta: &Metadata) -> Option<&Stamp> {
+        let stamp = self.files.get(rel)?;
+        (stamp.mtime < self.taken && stamp.matches(meta)).then_some(stamp)
+    }
+
+    pub fn insert(&mut self, rel: String, stamp: Stamp) {
+        self.files.insert(rel, stamp);
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The stamps as JSON.
+    pub fn to_json(&self) -> Value {
+        let files: Map<String, Value> = self
+            .files
+            .iter()
+            .map(|(rel, s)| {
+                (
+                    rel.clone(),
+                    json!([s.len, s.mtime, s.ctime, s.ino, s.entry]),
+                )
+            })
+            .collect();
+        json!({"taken": self.taken, "files": files})
+    }
+
+    /// Stamps from JSON [`Stamps::to_json`] wrote; `None` for anything
+    /// else (stamps are a cache: bad ones are dropped, never trusted).
+    pub fn from_json(value: &Value) -> Option<Stamps> {
+        let taken = value.get("taken")?.as_i64()?;
+        let mut files = BTreeMap::new();
+        for (rel, s) in value.get("files")?.as_object()? {
+            let s = s.as_array().filter(|s| s.len() == 5)?;
+            files.insert(
+                rel.clone(),
+                Stamp {
+                    len: s[0].as_u64()?,
+                    mtime: s[1].as_i64()?,
+                    ctime: s[2].as_i64()?,
+                    ino: s[3].as_u64()?,
+                    entry: s[4].as_str()?.to_owned(),
+                },
+            );
+        }
+        Some(Stamps { taken, files })
+    }
+
+    /// The stamps in `file`, if it holds good ones.
+    pub fn load(file: &Path) -> Option<Stamps> {
+        let text = std::fs::read(file).ok()?;
+        Stamps::from_json(&serde_json::from_slice(&text).ok()?)
+    }
+
+    /// Writes the stamps to `file` (through a temporary file renamed into
+    /// place).
+    pub fn save(&self, file: &Path) -> std::io::Result<()> {
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let temp = file.with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&temp, self.to_json().to_string())?;
+        std::fs::rename(&temp, file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_trusted_only_unchanged_and_older_than_the_taking() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.md");
+        std::fs::write(&file, "one").unwrap();
+        let meta = std::fs::symlink_metadata(&file).unwrap();
+        // Just written: within the margin, so not trusted.
+        let mut fresh = Stamps::begin();
+        fresh.insert("a.md".into(), Stamp::of(&meta, "e1".into()));
+        assert!(fresh.known("a.md", &meta).is_none());
+        // Taken long after the write: trusted while nothing changes.
+        let mut old = Stamps::begin();
+        old.taken += 10_000_000_000;
+        old.insert("a.md".into(), Stamp::of(&meta, "e1".into()));
+        assert_eq!(old.known("a.md", &meta).unwrap().entry, "e1");
+        assert!(old.known("b.md", &meta).is_none());
+        // Rewritten with the same length: the change time moved.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&file, "two").unwrap();
+        let now = std::fs::symlink_metadata(&file).unwrap();
+        assert!(old.known("a.md", &now).is_none());
+        // Through JSON and back, and bad JSON is no stamps.
+        assert_eq!(Stamps::from_json(&old.to_json()), Some(old.clone()));
+        assert_eq!(
+            Stamps::from_json(&json!({"taken": 1, "files": {"a": [1]}})),
+            None
+        );
+        let saved = dir.path().join("s/stamps.json");
+        old.save(&saved).unwrap();
+        assert_eq!(Stamps::load(&saved), Some(old));
+        std::fs::write(&saved, "{").unwrap();
+        assert_eq!(Stamps::load(&saved), None);
+    }
+}
