@@ -11,7 +11,8 @@
 //! the space.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::fs::Metadata;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use rye_cas::{Cas, ContentHash, Storage, object};
@@ -53,6 +54,20 @@ pub struct Built {
     pub manifest: Value,
     /// Paths left out, each with why.
     pub skipped: Vec<(String, &'static str)>,
+    /// What the walk passed over.
+    pub passed: Passed,
+}
+
+/// What a build passed over in a space's item folders: every entry it
+/// did not take (links, odd files, excluded names, names that are not
+/// UTF-8) and the folders it entered. With them a folder meant to hold
+/// exactly a manifest's files is cleared of the rest without being
+/// walked again ([`crate::materialize::clear_to`]).
+#[derive(Debug, Clone, Default)]
+pub struct Passed {
+    pub untaken: Vec<PathBuf>,
+    /// Each folder entered, relative to the root (`.ai/tools` and below).
+    pub folders: Vec<String>,
 }
 
 /// Builds and stores the manifest of the space rooted at `root` (the
@@ -85,6 +100,7 @@ pub async fn build_stamped<S: Storage>(
     };
     if linked(".ai") {
         found.skipped.push((".ai".into(), "a symbolic link"));
+        found.passed.untaken.push(root.join(".ai"));
     }
     for (folder, _) in ITEM_FOLDERS {
         if policy.skip_dirs.contains(folder) {
@@ -95,16 +111,14 @@ pub async fn build_stamped<S: Storage>(
             break;
         }
         if linked(&rel) {
+            found.passed.untaken.push(root.join(&rel));
             found.skipped.push((rel, "a symbolic link"));
             continue;
         }
         walk(&root.join(&rel), &rel, policy, &mut found)?;
     }
     let mut items = BTreeMap::new();
-    for (rel, path) in std::mem::take(&mut found.files) {
-        let Some(meta) = plain_file(&path, &rel, &mut found.skipped)? else {
-            continue;
-        };
+    for (rel, (path, meta)) in std::mem::take(&mut found.files) {
         let entry = match known.and_then(|k| k.known(&rel, &meta)) {
             Some(stamp) => stamp.entry.clone(),
             None => {
@@ -121,10 +135,7 @@ pub async fn build_stamped<S: Storage>(
     let mut files = BTreeMap::new();
     if space == SpaceKind::Project {
         walk_files(root, "", policy, &mut found)?;
-        for (rel, path) in std::mem::take(&mut found.files) {
-            let Some(meta) = plain_file(&path, &rel, &mut found.skipped)? else {
-                continue;
-            };
+        for (rel, (path, meta)) in std::mem::take(&mut found.files) {
             let entry = match known.and_then(|k| k.known(&rel, &meta)) {
                 Some(stamp) => stamp.entry.clone(),
                 None => {
@@ -146,21 +157,24 @@ pub async fn build_stamped<S: Storage>(
         hash,
         manifest,
         skipped: found.skipped,
+        passed: found.passed,
     };
     Ok((built, stamps))
 }
 
-/// The metadata of the file the walk found at `path`, read before its
-/// bytes; `None` (and the path named in `skipped`) when it is no longer
-/// a plain file.
+/// The metadata of the plain file the walk found as `entry` (the entry
+/// itself, never what a link points at: taken relative to the folder
+/// read, before the file's bytes are), with its path; `None` (and the
+/// path named in `skipped`) when it is no longer a plain file.
 fn plain_file(
-    path: &Path,
+    entry: &std::fs::DirEntry,
     rel: &str,
     skipped: &mut Vec<(String, &'static str)>,
-) -> Result<Option<std::fs::Metadata>, SyncError> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| SyncError::io(path, e))?;
+) -> Result<Option<(PathBuf, Metadata)>, SyncError> {
+    let path = entry.path();
+    let meta = entry.metadata().map_err(|e| SyncError::io(&path, e))?;
     if meta.is_file() {
-        Ok(Some(meta))
+        Ok(Some((path, meta)))
     } else {
         skipped.push((rel.to_owned(), "not a plain file"));
         Ok(None)
@@ -169,9 +183,10 @@ fn plain_file(
 
 #[derive(Default)]
 struct Found {
-    /// Relative path to the file's path.
-    files: BTreeMap<String, std::path::PathBuf>,
+    /// Relative path to the file's path and metadata.
+    files: BTreeMap<String, (PathBuf, Metadata)>,
     skipped: Vec<(String, &'static str)>,
+    passed: Passed,
 }
 
 /// Every plain file under `dir` (at `rel` from the root) that the policy
@@ -182,12 +197,13 @@ fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(SyncError::io(dir, e)),
     };
+    found.passed.folders.push(rel.to_owned());
     let mut listed = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| SyncError::io(dir, e))?;
         listed.push(entry);
     }
-    listed.sort_by_key(|e| e.file_name());
+    listed.sort_by_cached_key(|e| e.file_name());
     for entry in listed {
         let path = entry.path();
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -195,6 +211,7 @@ fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(),
                 format!("{rel}/{}", entry.file_name().to_string_lossy()),
                 "its name is not UTF-8",
             ));
+            found.passed.untaken.push(path);
             continue;
         };
         let child = if rel.is_empty() {
@@ -205,14 +222,19 @@ fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(),
         let kind = entry.file_type().map_err(|e| SyncError::io(&path, e))?;
         if kind.is_symlink() {
             found.skipped.push((child, "a symbolic link"));
+            found.passed.untaken.push(path);
         } else if kind.is_dir() {
             walk(&path, &child, policy, found)?;
         } else if !kind.is_file() {
             found.skipped.push((child, "not a plain file"));
+            found.passed.untaken.push(path);
         } else if policy.excluded_name(&name) {
             found.skipped.push((child, "excluded by the policy"));
+            found.passed.untaken.push(path);
+        } else if let Some(file) = plain_file(&entry, &child, &mut found.skipped)? {
+            found.files.insert(child, file);
         } else {
-            found.files.insert(child, path);
+            found.passed.untaken.push(path);
         }
     }
     Ok(())
@@ -232,7 +254,7 @@ fn walk_files(root: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Res
         let entry = entry.map_err(|e| SyncError::io(&root.join(rel), e))?;
         names.push(entry);
     }
-    names.sort_by_key(|e| e.file_name());
+    names.sort_by_cached_key(|e| e.file_name());
     for entry in names {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
@@ -261,8 +283,8 @@ fn walk_files(root: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Res
         } else if kind.is_file() && policy.includes_file(&child) {
             if policy.excluded_name(&name) {
                 found.skipped.push((child, "excluded by the policy"));
-            } else {
-                found.files.insert(child, entry.path());
+            } else if let Some(file) = plain_file(&entry, &child, &mut found.skipped)? {
+                found.files.insert(child, file);
             }
         }
     }

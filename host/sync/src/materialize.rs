@@ -19,7 +19,7 @@ use rye_cas::{Cas, ContentHash, Storage};
 use serde_json::Value;
 
 use crate::SyncError;
-use crate::manifest::entry_of;
+use crate::manifest::{Built, entry_of};
 use crate::stamps::{Stamp, Stamps};
 
 /// Why `path` may not be written, if it may not.
@@ -106,7 +106,214 @@ pub async fn sync<S: Storage>(
     known: Option<&Stamps>,
 ) -> Result<(Synced, Stamps), SyncError> {
     let mut stamps = Stamps::begin();
-    let mut wanted: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    let (wanted, folders) = wanted(manifest)?;
+    std::fs::create_dir_all(target).map_err(|e| SyncError::io(target, e))?;
+    let mut done = Synced::default();
+    let mut present = BTreeMap::new();
+    prune(
+        target,
+        "",
+        &wanted,
+        &folders,
+        &mut present,
+        &mut done.removed,
+    )?;
+    let dir =
+        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
+    for (path, (entry, item)) in &wanted {
+        if let Some(meta) = present.get(path) {
+            if let Some(stamp) = known
+                .and_then(|k| k.known(path, meta))
+                .filter(|s| &s.entry == entry)
+            {
+                stamps.insert(path.clone(), stamp.clone());
+                done.kept += 1;
+                continue;
+            }
+            let bytes = dir.read(path).map_err(|e| failed(target, path, e))?;
+            if entry_of(path, &bytes, *item).is_some_and(|h| h.hex() == *entry) {
+                stamps.insert(path.clone(), Stamp::of(meta, entry.clone()));
+                done.kept += 1;
+                continue;
+            }
+        }
+        let stamp = write_entry(cas, &dir, target, path, entry, *item).await?;
+        stamps.insert(path.clone(), stamp);
+        done.written += 1;
+    }
+    Ok((done, stamps))
+}
+
+/// [`sync`] for a folder known to hold exactly the files `holds` names
+/// (path to manifest entry; the files stamped in `stamps`) and nothing
+/// else, as [`clear_to`] leaves one: only what differs is touched, and
+/// the folder is not walked. What it did, and the stamps of the files it
+/// now holds (those kept keep theirs).
+pub async fn sync_known<S: Storage>(
+    cas: &Cas<S>,
+    manifest: &Value,
+    target: &Path,
+    holds: &BTreeMap<String, String>,
+    stamps: &Stamps,
+) -> Result<(Synced, Stamps), SyncError> {
+    let (wanted, folders) = wanted(manifest)?;
+    let mut stamps = stamps.clone();
+    let mut done = Synced::default();
+    let dir =
+        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
+    // Removals first: a file in the way of a folder goes before the
+    // folder is made, and a folder emptied goes before a file takes its
+    // name.
+    for path in holds.keys().filter(|p| !wanted.contains_key(*p)) {
+        match dir.remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(target, path, e)),
+        }
+        stamps.remove(path);
+        done.removed += 1;
+        let mut at = path.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if folders.contains(parent) || dir.remove_dir(parent).is_err() {
+                break;
+            }
+            at = parent;
+        }
+    }
+    for (path, (entry, item)) in &wanted {
+        if holds.get(path) == Some(entry) {
+            done.kept += 1;
+            continue;
+        }
+        let stamp = write_entry(cas, &dir, target, path, entry, *item).await?;
+        stamps.insert(path.clone(), stamp);
+        done.written += 1;
+    }
+    Ok((done, stamps))
+}
+
+/// Clears the folder `root`, whose manifest `built` was just built from
+/// it (nothing having changed it since), of everything that manifest
+/// does not name: what the build passed over, folders left holding none
+/// of its files, and everything beside `.ai/`'s item folders; the files
+/// it then holds exactly (path to manifest entry), for [`sync_known`].
+/// `None`, with nothing promised, when the manifest names files outside
+/// `.ai/` (their policy may leave out what the build never looked at).
+pub fn clear_to(root: &Path, built: &Built) -> Result<Option<BTreeMap<String, String>>, SyncError> {
+    let mut holds = BTreeMap::new();
+    for section in ["items", "files"] {
+        if let Some(map) = built.manifest.get(section).and_then(Value::as_object) {
+            if section == "files" && !map.is_empty() {
+                return Ok(None);
+            }
+            for (path, hash) in map {
+                holds.insert(path.clone(), hash.as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    let gone = |path: &Path| -> Result<(), SyncError> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(SyncError::io(path, e)),
+        };
+        let removed = if meta.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SyncError::io(path, e)),
+            _ => Ok(()),
+        }
+    };
+    let entered: BTreeSet<&str> = built.passed.folders.iter().map(String::as_str).collect();
+    for (folder, keep) in [(root.to_owned(), ".ai"), (root.join(".ai"), "")] {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(SyncError::io(&folder, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| SyncError::io(&folder, e))?;
+            let name = entry.file_name();
+            let stays = match name.to_str() {
+                Some(name) if keep.is_empty() => entered.contains(format!(".ai/{name}").as_str()),
+                Some(name) => name == keep && entry.file_type().is_ok_and(|t| t.is_dir()),
+                None => false,
+            };
+            if !stays {
+                gone(&entry.path())?;
+            }
+        }
+    }
+    for path in &built.passed.untaken {
+        gone(path)?;
+    }
+    let mut needed = BTreeSet::new();
+    for path in holds.keys() {
+        let mut at = path.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if !needed.insert(parent.to_owned()) {
+                break;
+            }
+            at = parent;
+        }
+    }
+    for folder in &built.passed.folders {
+        if !needed.contains(folder) {
+            gone(&root.join(folder))?;
+        }
+    }
+    Ok(Some(holds))
+}
+
+fn failed(target: &Path, path: &str, e: std::io::Error) -> SyncError {
+    SyncError::Manifest(format!(
+        "{path} could not be written inside {}: {e}",
+        target.display()
+    ))
+}
+
+/// Writes the file of manifest entry `entry` (an item's source, or a
+/// blob) at `path` inside `dir` (the folder `target`); its stamp.
+async fn write_entry<S: Storage>(
+    cas: &Cas<S>,
+    dir: &Dir,
+    target: &Path,
+    path: &str,
+    entry: &str,
+    item: bool,
+) -> Result<Stamp, SyncError> {
+    let mut blob: ContentHash = entry
+        .parse()
+        .map_err(|_| SyncError::Manifest(format!("{path}: no hash")))?;
+    if item {
+        let source = cas.get_object(&blob).await?.ok_or_else(|| {
+            SyncError::Manifest(format!("{path}: item_source {entry} is missing"))
+        })?;
+        blob = source
+            .get("content_blob_hash")
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse().ok())
+            .ok_or_else(|| SyncError::Manifest(format!("{path}: no content blob")))?;
+    }
+    let bytes = cas
+        .get_blob(&blob)
+        .await?
+        .ok_or_else(|| SyncError::Manifest(format!("{path}: blob {} is missing", blob.hex())))?;
+    write_within(dir, path, &bytes).map_err(|e| failed(target, path, e))?;
+    let written = target.join(path);
+    let meta = std::fs::symlink_metadata(&written).map_err(|e| SyncError::io(&written, e))?;
+    Ok(Stamp::of(&meta, entry.to_owned()))
+}
+
+type Wanted = BTreeMap<String, (String, bool)>;
+
+/// The files `manifest` names (path to entry, and whether it is an
+/// item) and the folders they are in, every path checked.
+fn wanted(manifest: &Value) -> Result<(Wanted, BTreeSet<String>), SyncError> {
+    let mut wanted: Wanted = BTreeMap::new();
     for (section, item) in [("items", true), ("files", false)] {
         let Some(map) = manifest.get(section).and_then(Value::as_object) else {
             continue;
@@ -146,63 +353,7 @@ pub async fn sync<S: Storage>(
             "the manifest names {both:?} as a file and as a folder"
         )));
     }
-    std::fs::create_dir_all(target).map_err(|e| SyncError::io(target, e))?;
-    let mut done = Synced::default();
-    let mut present = BTreeMap::new();
-    prune(
-        target,
-        "",
-        &wanted,
-        &folders,
-        &mut present,
-        &mut done.removed,
-    )?;
-    let dir =
-        Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
-    let failed = |path: &str, e: std::io::Error| {
-        SyncError::Manifest(format!(
-            "{path} could not be written inside {}: {e}",
-            target.display()
-        ))
-    };
-    for (path, (entry, item)) in &wanted {
-        if let Some(meta) = present.get(path) {
-            if let Some(stamp) = known
-                .and_then(|k| k.known(path, meta))
-                .filter(|s| &s.entry == entry)
-            {
-                stamps.insert(path.clone(), stamp.clone());
-                done.kept += 1;
-                continue;
-            }
-            let bytes = dir.read(path).map_err(|e| failed(path, e))?;
-            if entry_of(path, &bytes, *item).is_some_and(|h| h.hex() == *entry) {
-                stamps.insert(path.clone(), Stamp::of(meta, entry.clone()));
-                done.kept += 1;
-                continue;
-            }
-        }
-        let mut blob: ContentHash = entry.parse().expect("checked above");
-        if *item {
-            let source = cas.get_object(&blob).await?.ok_or_else(|| {
-                SyncError::Manifest(format!("{path}: item_source {entry} is missing"))
-            })?;
-            blob = source
-                .get("content_blob_hash")
-                .and_then(Value::as_str)
-                .and_then(|h| h.parse().ok())
-                .ok_or_else(|| SyncError::Manifest(format!("{path}: no content blob")))?;
-        }
-        let bytes = cas.get_blob(&blob).await?.ok_or_else(|| {
-            SyncError::Manifest(format!("{path}: blob {} is missing", blob.hex()))
-        })?;
-        write_within(&dir, path, &bytes).map_err(|e| failed(path, e))?;
-        let written = target.join(path);
-        let meta = std::fs::symlink_metadata(&written).map_err(|e| SyncError::io(&written, e))?;
-        stamps.insert(path.clone(), Stamp::of(&meta, entry.clone()));
-        done.written += 1;
-    }
-    Ok((done, stamps))
+    Ok((wanted, folders))
 }
 
 /// Removes from the folder `rel` under `root` whatever is neither a

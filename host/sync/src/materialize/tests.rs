@@ -228,3 +228,154 @@ async fn a_sync_refuses_bad_manifests_before_touching_anything() {
         assert_eq!(listing(target.path()), ["stays.txt=here"], "{manifest}");
     }
 }
+
+/// Every entry under `dir`: folders with a `/` after them, links with
+/// an `@`, files as `path=text`.
+fn everything(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.file_type().is_symlink() {
+                out.push(format!("{rel}@"));
+            } else if meta.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(root, &path, out);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                out.push(format!("{rel}={}", text.trim()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// A workspace a run has just left things in: its manifest read back
+/// as a build reads a project, then cleared to exactly that manifest,
+/// then brought to the next one by what differs alone: the same files,
+/// folders and nothing else as a full sync makes.
+#[tokio::test]
+async fn a_folder_cleared_to_its_manifest_is_brought_to_the_next_by_the_difference() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let f = fixture();
+    let store = f.project.path();
+    let write = |root: &Path, rel: &str, text: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    // Items only: the policy of the fixture carries docs/, which a
+    // cleared folder cannot promise.
+    std::fs::remove_file(store.join(".ai/config/cas/manifest.yaml")).unwrap();
+    std::fs::remove_dir_all(store.join("docs")).unwrap();
+    write(store, ".ai/tools/demo/a", "a file\n");
+    let first = built(&f).await;
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("project");
+    sync(&f.cas, &first.manifest, &root, None).await.unwrap();
+
+    // What a run leaves: a new item, a changed one, and strays of every
+    // kind the manifest will not name.
+    write(&root, ".ai/knowledge/new.md", "new\n");
+    write(&root, ".ai/knowledge/k.md", "changed\n");
+    write(&root, "outside.txt", "beside .ai\n");
+    write(&root, "build/deep/out.o", "object\n");
+    write(&root, ".ai/state/threads/t.json", "{}\n");
+    write(&root, ".ai/other/x.md", "no item folder\n");
+    write(&root, ".ai/knowledge/.env", "SECRET=1\n");
+    std::fs::create_dir_all(root.join(".ai/tools/empty/inner")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join(".ai/knowledge/link")).unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"odd-\xff.md");
+    std::fs::write(root.join(".ai/knowledge").join(odd), "not UTF-8\n").unwrap();
+
+    let policy = crate::policy::Policy::load(&[&root.join(".ai")]).unwrap();
+    let (read, stamps) = crate::manifest::build_stamped(
+        &f.cas,
+        &root,
+        crate::manifest::SpaceKind::Project,
+        &policy,
+        None,
+    )
+    .await
+    .unwrap();
+    let holds = clear_to(&root, &read).unwrap().expect("items only");
+    assert_eq!(
+        everything(&root),
+        [
+            ".ai/",
+            ".ai/knowledge/",
+            ".ai/knowledge/k.md=changed",
+            ".ai/knowledge/new.md=new",
+            ".ai/tools/",
+            ".ai/tools/demo/",
+            ".ai/tools/demo/a=a file",
+            ".ai/tools/demo/wc.yaml=tool",
+        ]
+    );
+    assert_eq!(listing(outside.path()), Vec::<String>::new());
+    assert_eq!(holds.len(), 4);
+
+    // The next snapshot: items gone, one changed, one added, and a
+    // folder where a file was.
+    let next = {
+        let project = tempfile::tempdir().unwrap();
+        for (rel, text) in [
+            (".ai/knowledge/k.md", "changed again\n"),
+            (".ai/tools/demo/a/b.yaml", "a folder where a file was\n"),
+            (".ai/knowledge/k/inner.md", "beside k.md\n"),
+        ] {
+            write(project.path(), rel, text);
+        }
+        let policy = crate::policy::Policy::load(&[]).unwrap();
+        crate::manifest::build(
+            &f.cas,
+            project.path(),
+            crate::manifest::SpaceKind::Project,
+            &policy,
+        )
+        .await
+        .unwrap()
+    };
+    let (done, after) = sync_known(&f.cas, &next.manifest, &root, &holds, &stamps)
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.kept, done.written, done.removed),
+        (0, 3, 3),
+        "{done:?}"
+    );
+    let fresh = work.path().join("fresh");
+    sync(&f.cas, &next.manifest, &fresh, None).await.unwrap();
+    assert_eq!(everything(&root), everything(&fresh));
+    assert_eq!(after.len(), 3);
+    // And what it left is what a full sync, trusting those stamps, finds
+    // in place: nothing to write.
+    let (again, _) = sync(&f.cas, &next.manifest, &root, Some(&after))
+        .await
+        .unwrap();
+    assert_eq!((again.written, again.removed), (0, 0), "{again:?}");
+}
+
+/// A manifest naming files outside `.ai/` leaves the folder as it is
+/// and promises nothing.
+#[tokio::test]
+async fn a_folder_with_files_outside_its_item_folders_is_not_cleared() {
+    let f = fixture();
+    let first = built(&f).await;
+    let target = tempfile::tempdir().unwrap();
+    sync(&f.cas, &first.manifest, target.path(), None)
+        .await
+        .unwrap();
+    std::fs::write(target.path().join("stray.txt"), "stays\n").unwrap();
+    assert!(clear_to(target.path(), &first).unwrap().is_none());
+    assert!(target.path().join("stray.txt").exists());
+}
