@@ -7,6 +7,7 @@ pub mod bytes;
 pub mod client;
 pub mod db;
 pub mod keys;
+mod parsed;
 pub mod run;
 pub mod service;
 pub mod tracked;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rye_cas::{Cas, ContentHash, Storage};
 use rye_sync::SyncError;
+use rye_sync::manifest::Built;
 use rye_sync::materialize::{self, Synced};
 use rye_sync::stamps::Stamps;
 use serde_json::Value;
@@ -111,6 +112,7 @@ impl Workspaces {
             key,
             project_stamps: None,
             user_stamps: None,
+            holds: None,
         }
     }
 
@@ -141,6 +143,10 @@ pub struct Workspace {
     /// What `project/` and `user/` held when last synced or read.
     project_stamps: Option<Stamps>,
     user_stamps: Option<Stamps>,
+    /// What `project/` holds, exactly, when that is known: after a run
+    /// whose changes were read and whatever else it left cleared away.
+    /// The next sync then touches only what differs, without a walk.
+    holds: Option<BTreeMap<String, String>>,
 }
 
 impl Workspace {
@@ -170,8 +176,15 @@ impl Workspace {
         project: &Value,
         user: Option<&Value>,
     ) -> Result<Synced, SyncError> {
-        let (done, stamps) =
-            materialize::sync(cas, project, &self.project(), self.project_stamps.as_ref()).await?;
+        let (done, stamps) = match (self.holds.take(), &self.project_stamps) {
+            (Some(holds), Some(stamps)) => {
+                materialize::sync_known(cas, project, &self.project(), &holds, stamps).await?
+            }
+            _ => {
+                materialize::sync(cas, project, &self.project(), self.project_stamps.as_ref())
+                    .await?
+            }
+        };
         self.project_stamps = Some(stamps);
         let empty = serde_json::json!({});
         let (_, stamps) = materialize::sync(
@@ -191,11 +204,14 @@ impl Workspace {
         self.project_stamps.as_ref()
     }
 
-    /// After a run whose changes were read (with `stamps`, of the
-    /// project as it then was): the inner host's own state and the home
-    /// folder go, so nothing of the run lingers but the project's files.
-    pub fn ran(&mut self, stamps: Stamps) -> Result<(), SyncError> {
+    /// After a run whose changes were read (as `built`, with `stamps`,
+    /// of the project as it then was, nothing having changed it since):
+    /// the inner host's own state and the home folder go, and whatever
+    /// else the manifest does not name, so nothing of the run lingers but
+    /// the project's files, and the next sync knows them without a walk.
+    pub fn ran(&mut self, built: &Built, stamps: Stamps) -> Result<(), SyncError> {
         self.project_stamps = Some(stamps);
+        self.holds = materialize::clear_to(&self.project(), built)?;
         let state = self.project().join(".ai/state");
         match std::fs::remove_dir_all(&state) {
             Ok(()) => {}

@@ -31,6 +31,7 @@ use tokio::sync::Semaphore;
 use crate::bytes::ObjectBytes;
 use crate::db::{Db, DbError, ThreadRow};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
+use crate::parsed::Parsed;
 use crate::run::{RunError, Runner, Workspaces};
 use crate::tracked::Tracked;
 
@@ -81,6 +82,7 @@ pub struct Node {
     active: AtomicUsize,
     identity: Value,
     workspaces: Workspaces,
+    parsed: Parsed,
 }
 
 /// Why a node could not start.
@@ -177,6 +179,7 @@ impl Node {
             settings,
             identity,
             workspaces,
+            parsed: Parsed::default(),
         }))
     }
 
@@ -494,13 +497,33 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
             ),
         ));
     }
-    let request = expand_deltas(&node, &call.principal, request).await?;
+    let (request, manifests) = expand_deltas(&node, &call.principal, request).await?;
     // Stored and recorded in a task of its own, so a client that hangs up
     // mid-put leaves what reached the store held by it, not orphaned.
     let principal = call.principal;
     let store = tokio::spawn(async move {
         let cas = node.cas();
-        let answer = objects::put(&cas, &request).await;
+        let mut answer = objects::put(&cas, &request).await;
+        // The manifests sent as deltas were checked against their hashes
+        // already; they are stored once the rest is.
+        if let Ok(answer) = &mut answer {
+            for (hash, manifest) in manifests {
+                match cas.put_object(&manifest).await {
+                    Ok(stored) if stored == hash => {
+                        node.parsed.keep(hash, manifest);
+                        if let Some(list) = answer.get_mut("stored").and_then(Value::as_array_mut) {
+                            list.push(json!(hash.hex()));
+                        }
+                    }
+                    Ok(stored) => {
+                        tracing::error!("manifest {} was stored as {}", hash.hex(), stored.hex());
+                    }
+                    Err(e) => {
+                        tracing::error!("storing manifest {}: {e}", hash.hex());
+                    }
+                }
+            }
+        }
         // Whatever reached the store is the principal's, even if a later
         // entry failed to write.
         let held = node.hold(&principal, &cas).await;
@@ -519,15 +542,22 @@ const MAX_DELTAS: usize = 4;
 /// A `put`'s manifests sent as changes to one the principal holds
 /// (`{hash, kind: "object", delta: {base, items: {path: hash | null},
 /// files: {...}}}`, `null` removing a path) made whole again, so a push
-/// of a large project with a few changes sends only the changes. The
-/// whole manifest is then checked against its hash as any object is.
-async fn expand_deltas(node: &Node, principal: &str, mut request: Value) -> Result<Value, Reply> {
+/// of a large project with a few changes sends only the changes. Each
+/// whole manifest is checked against its hash as any object is, and
+/// taken out of the request: the request with the rest, and the
+/// manifests to store.
+async fn expand_deltas(
+    node: &Node,
+    principal: &str,
+    mut request: Value,
+) -> Result<(Value, Vec<(ContentHash, Arc<Value>)>), Reply> {
+    let mut manifests = Vec::new();
     let Some(entries) = request.get_mut("entries").and_then(Value::as_array_mut) else {
-        return Ok(request);
+        return Ok((request, manifests));
     };
     let bad = |message: String| error(StatusCode::BAD_REQUEST, message);
     let mut expanded = 0;
-    for entry in entries.iter_mut() {
+    for entry in entries.iter() {
         let Some(delta) = entry.get("delta") else {
             continue;
         };
@@ -553,12 +583,13 @@ async fn expand_deltas(node: &Node, principal: &str, mut request: Value) -> Resu
                 base.hex()
             )));
         }
-        let mut manifest = node
-            .cas()
-            .get_object(&base)
+        let kept = node
+            .parsed
+            .object(&node.cas(), &base)
             .await
             .map_err(internal)?
             .ok_or_else(|| internal(format!("manifest {} is gone from the store", base.hex())))?;
+        let mut manifest = Value::clone(&kept);
         for section in ["items", "files"] {
             let Some(changes) = delta.get(section) else {
                 continue;
@@ -587,11 +618,22 @@ async fn expand_deltas(node: &Node, principal: &str, mut request: Value) -> Resu
             }
         }
         // Paths were inserted out of order; the canonical form sorts them.
-        let text = String::from_utf8(rye_cas::canonical::to_vec(&manifest)).map_err(internal)?;
-        let hash = entry.get("hash").cloned().unwrap_or(Value::Null);
-        *entry = json!({"hash": hash, "kind": "object", "text": text});
+        let actual = ContentHash::of(&rye_cas::canonical::to_vec(&manifest));
+        let claimed = entry
+            .get("hash")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if claimed != actual.hex() {
+            return Err(reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "an object does not match its hash",
+                       "errors": [{"hash": claimed, "error": format!("the manifest the delta gives hashes to {}", actual.hex())}]}),
+            ));
+        }
+        manifests.push((actual, Arc::new(manifest)));
     }
-    Ok(request)
+    entries.retain(|e| e.get("delta").is_none());
+    Ok((request, manifests))
 }
 
 async fn objects_get(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
@@ -637,8 +679,8 @@ async fn check_closure(
         ));
     }
     let manifest = node
-        .cas()
-        .get_object(hash)
+        .parsed
+        .object(&node.cas(), hash)
         .await
         .map_err(internal)?
         .ok_or_else(|| internal(format!("manifest {} is gone from the store", hash.hex())))?;
@@ -838,10 +880,10 @@ async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
             .and_then(|c| c["project_manifest_hash"].as_str())
             .and_then(|h| h.parse::<ContentHash>().ok())
         {
-            Some(hash) => cas.get_object(&hash).await.map_err(internal)?,
+            Some(hash) => node.parsed.object(&cas, &hash).await.map_err(internal)?,
             None => None,
         };
-        check_closure(&node, &principal, &manifest, "project", verified.as_ref()).await?;
+        check_closure(&node, &principal, &manifest, "project", verified.as_deref()).await?;
         let snapshot = snapshot::store(
             &cas,
             &NewSnapshot {
@@ -1166,12 +1208,12 @@ type Failed = (&'static str, String);
 async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
     let cas = node.cas();
     let mut laps = Laps::start();
-    let (project_manifest, user_manifest) = snapshot_manifests(&cas, &job.base)
+    let (project_manifest, user_manifest) = snapshot_manifests(node, &cas, &job.base)
         .await
         .map_err(|e| ("checkout", e))?;
     let mut space = node.workspaces.take(&job.principal, &job.project);
     let mut synced = space
-        .prepare(&cas, &project_manifest, user_manifest.as_ref())
+        .prepare(&cas, &project_manifest, user_manifest.as_deref())
         .await;
     if let Err(e) = &synced
         && space.reused()
@@ -1184,7 +1226,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         );
         space = node.workspaces.fresh(&job.principal, &job.project);
         synced = space
-            .prepare(&cas, &project_manifest, user_manifest.as_ref())
+            .prepare(&cas, &project_manifest, user_manifest.as_deref())
             .await;
     }
     let synced = synced.map_err(|e| ("checkout", format!("the execution space: {e}")))?;
@@ -1267,7 +1309,10 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         .await
         .map_err(|e| ("fold-back", e.to_string()))?;
     laps.lap("fold_back");
-    match space.ran(stamps) {
+    let ran = space.ran(&built, stamps);
+    // The next push on top of this run's snapshot checks against it.
+    node.parsed.keep(built.hash, Arc::new(built.manifest));
+    match ran {
         Ok(()) => node.workspaces.give_back(space),
         Err(e) => tracing::warn!(
             "a workspace could not be cleared after {}: {e}",
@@ -1314,11 +1359,13 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
 
 /// The project and user manifests of the snapshot `base`.
 async fn snapshot_manifests(
+    node: &Node,
     cas: &Cas<Tracked<ObjectBytes>>,
     base: &ContentHash,
-) -> Result<(Value, Option<Value>), String> {
+) -> Result<(Arc<Value>, Option<Arc<Value>>), String> {
     let object = |hash: ContentHash| async move {
-        cas.get_object(&hash)
+        node.parsed
+            .object(cas, &hash)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("object {} is not in the store", hash.hex()))

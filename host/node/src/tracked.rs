@@ -45,11 +45,18 @@ pub fn held(key: &str, bytes: &[u8]) -> Option<Held> {
         ("object", name.strip_suffix(".json")?)
     };
     let (object_kind, content_blob) = if kind == "object" {
-        let value: Value = serde_json::from_slice(bytes).ok()?;
-        let text = |field: &str| value.get(field).and_then(Value::as_str).map(str::to_owned);
-        let object_kind = text("kind");
+        // Only two fields are wanted: the rest (a manifest's thousands of
+        // paths) is skipped over, never built.
+        #[derive(serde::Deserialize)]
+        struct Fields {
+            kind: Option<Value>,
+            content_blob_hash: Option<Value>,
+        }
+        let fields: Fields = serde_json::from_slice(bytes).ok()?;
+        let text = |v: Option<Value>| v.and_then(|v| v.as_str().map(str::to_owned));
+        let object_kind = text(fields.kind);
         let blob = (object_kind.as_deref() == Some("item_source"))
-            .then(|| text("content_blob_hash"))
+            .then(|| text(fields.content_blob_hash))
             .flatten();
         (object_kind, blob)
     } else {
