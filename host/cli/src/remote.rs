@@ -70,8 +70,10 @@ pub enum RemoteAction {
         #[arg(long)]
         remote: Option<String>,
     },
-    /// Run an item on the node, in the project as last pushed; what the
-    /// run changes is folded into the project's history there.
+    /// Run an item on the node, end to end: the project is pushed first
+    /// (a head moved since the last push is merged here first), the item
+    /// runs there, what the run changes is folded into the project's
+    /// history on the node, and that is pulled back here.
     Execute {
         /// tool, directive or knowledge.
         kind: String,
@@ -80,9 +82,16 @@ pub enum RemoteAction {
         params: String,
         #[arg(long)]
         remote: Option<String>,
-        /// Return at once with the run's thread id.
+        /// Return at once with the run's thread id (nothing is pulled).
         #[arg(long = "async")]
         run_async: bool,
+        /// Run the project as last pushed, without pushing it first.
+        #[arg(long)]
+        no_push: bool,
+        /// Leave what the run folded back on the node (`rye remote pull`
+        /// brings it later).
+        #[arg(long)]
+        no_pull: bool,
     },
     /// The node's runs of this project, or one run.
     Threads {
@@ -142,6 +151,10 @@ struct ManageRequest {
     limit: Option<u32>,
     #[serde(default)]
     force: bool,
+    #[serde(default)]
+    push: Option<bool>,
+    #[serde(default)]
+    pull: Option<bool>,
 }
 
 /// At most this much of a request is read from stdin.
@@ -182,6 +195,8 @@ impl ManageRequest {
                 params: request.parameters.unwrap_or_else(|| json!({})).to_string(),
                 remote,
                 run_async: request.run_async,
+                no_push: !request.push.unwrap_or(true),
+                no_pull: !request.pull.unwrap_or(true),
             },
             other => anyhow::bail!(
                 "action {other:?} is not push, execute, threads, history, pull or list"
@@ -449,12 +464,24 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                 id,
                 params,
                 run_async,
+                no_push,
+                no_pull,
                 ..
             } => {
                 let parameters: Value = serde_json::from_str(&params)
                     .map_err(|e| ClientError::Local(format!("--params is not JSON: {e}")))?;
+                let here = client::Here {
+                    project: cx.project,
+                    user: user.as_deref(),
+                    policy_spaces: &space_refs,
+                    project_path: &project_path,
+                };
+                let around = client::Around {
+                    push: !no_push,
+                    pull: !no_pull,
+                };
                 client
-                    .execute(&project_path, &format!("{kind}:{id}"), &parameters, run_async)
+                    .execute_here(&here, &format!("{kind}:{id}"), &parameters, run_async, around)
                     .await
             }
             RemoteAction::Threads {

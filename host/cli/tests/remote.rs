@@ -248,16 +248,20 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
     assert_eq!(again["requests"], 1);
     assert_eq!(again["snapshot_hash"], pushed["snapshot_hash"]);
 
+    // Left on the node, to be pulled below.
     let ran = env.ok(&[
         "remote",
         "execute",
         "tool",
         "demo/shell",
+        "--no-pull",
         "--params",
         &shell(
             "mkdir -p .ai/knowledge/state .ai/state/reports && echo '# seen' > .ai/knowledge/state/seen.md && echo 42 > .ai/state/reports/answer.txt",
         ),
     ]);
+    assert_eq!(ran["pushed"]["status"], "unchanged", "{ran:#}");
+    assert!(ran.get("pulled").is_none(), "{ran:#}");
     assert_eq!(ran["status"], "completed", "{ran:#}");
     assert_eq!(ran["result"]["status"], "success", "{ran:#}");
     assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
@@ -323,10 +327,10 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
     let history = env.ok(&["remote", "history"]);
     assert_eq!(history["snapshots"][1]["_hash"], ran["head"]);
 
-    // The next run reuses the workspace, writing only what changed
-    // since (the local note, and the note changed below).
+    // The next run (pushing the change first) reuses the workspace,
+    // writing only what changed since (the local note, and the note
+    // changed below).
     env.write(".ai/knowledge/notes/a.md", "# a, changed\n");
-    env.ok(&["remote", "push"]);
     let next = env.ok(&[
         "remote",
         "execute",
@@ -336,11 +340,101 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
         &shell("cat .ai/knowledge/notes/a.md && test ! -e .ai/state/reports"),
     ]);
     assert_eq!(next["result"]["status"], "success", "{next:#}");
+    assert_eq!(next["pushed"]["status"], "pushed", "{next:#}");
     assert_eq!(next["workspace"]["written"], 2, "{next:#}");
     assert!(
         next["result"].to_string().contains("a, changed"),
         "{next:#}"
     );
+}
+
+/// `rye remote execute` as a user means it: what was edited here runs
+/// there without a push of its own, and what the run writes comes home;
+/// a head another run moved meanwhile is merged here first, and one that
+/// clashes with a local edit stops the round before anything runs.
+#[test]
+fn execute_pushes_what_changed_here_runs_it_and_brings_the_result_home() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell(
+            "cat .ai/knowledge/notes/a.md && mkdir -p .ai/knowledge/state && echo '# from the node' > .ai/knowledge/state/out.md",
+        ),
+    ]);
+    assert_eq!(ran["pushed"]["status"], "pushed", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    assert!(ran["result"].to_string().contains("# a"), "{ran:#}");
+    assert_eq!(ran["pulled"]["status"], "merged", "{ran:#}");
+    assert_eq!(env.read(".ai/knowledge/state/out.md"), "# from the node\n");
+    assert_eq!(env.ok(&["remote", "pull"])["status"], "up-to-date");
+
+    // An edit here, and meanwhile a run moves the head there.
+    let async_run = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell("mkdir -p .ai/knowledge/state && echo '# async' > .ai/knowledge/state/async.md"),
+    ]);
+    let folded = env.finished(async_run["thread_id"].as_str().unwrap());
+    assert_eq!(folded["merge_type"], "fast-forward", "{folded:#}");
+    env.write(".ai/knowledge/notes/a.md", "# a, edited here\n");
+    // A plain push from behind is refused; execute merges the head first.
+    let behind = env.rye(&["remote", "push"]);
+    assert!(!behind.status.success());
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell("cat .ai/knowledge/notes/a.md .ai/knowledge/state/async.md"),
+    ]);
+    assert_eq!(ran["pushed"]["status"], "pushed", "{ran:#}");
+    let said = ran["result"].to_string();
+    assert!(
+        said.contains("edited here") && said.contains("# async"),
+        "{ran:#}"
+    );
+    assert_eq!(env.read(".ai/knowledge/state/async.md"), "# async\n");
+    assert_eq!(env.read(".ai/knowledge/notes/a.md"), "# a, edited here\n");
+
+    // The same note changed there and here: nothing runs.
+    let async_run = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell("echo '# the node says' > .ai/knowledge/notes/a.md"),
+    ]);
+    env.finished(async_run["thread_id"].as_str().unwrap());
+    env.write(".ai/knowledge/notes/a.md", "# the user says\n");
+    let marker = env.root.path().join("ran");
+    let out = env.rye(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell(&format!("touch {}", marker.display())),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("conflicts") && stderr.contains(".ai/knowledge/notes/a.md"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    assert_eq!(env.read(".ai/knowledge/notes/a.md"), "# the user says\n");
 }
 
 #[test]
@@ -484,7 +578,15 @@ fn what_a_run_leaves_pointing_out_of_its_space_is_not_an_output() {
 fn bad_remote_requests_are_answered_with_what_is_wrong() {
     let env = env();
     // Never pushed: nothing to run in.
-    let out = env.rye(&["remote", "execute", "tool", "demo/shell", "--params", "{}"]);
+    let out = env.rye(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--no-push",
+        "--params",
+        "{}",
+    ]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("never pushed"),
