@@ -505,22 +505,20 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
         let cas = node.cas();
         let mut answer = objects::put(&cas, &request).await;
         // The manifests sent as deltas were checked against their hashes
-        // already; they are stored once the rest is.
-        if let Ok(answer) = &mut answer {
+        // already; they are stored once the rest is, and a store that
+        // fails them fails the put as it fails any object.
+        if let Ok(stored) = &mut answer {
             for (hash, manifest) in manifests {
-                match cas.put_object(&manifest).await {
-                    Ok(stored) if stored == hash => {
-                        node.parsed.keep(hash, manifest);
-                        if let Some(list) = answer.get_mut("stored").and_then(Value::as_array_mut) {
-                            list.push(json!(hash.hex()));
-                        }
-                    }
-                    Ok(stored) => {
-                        tracing::error!("manifest {} was stored as {}", hash.hex(), stored.hex());
-                    }
-                    Err(e) => {
-                        tracing::error!("storing manifest {}: {e}", hash.hex());
-                    }
+                if let Err(e) = cas.put_object(&manifest).await {
+                    answer = Err(Refused {
+                        status: 500,
+                        body: json!({"error": format!("the store failed: {e}")}),
+                    });
+                    break;
+                }
+                node.parsed.keep(hash, manifest);
+                if let Some(list) = stored.get_mut("stored").and_then(Value::as_array_mut) {
+                    list.push(json!(hash.hex()));
                 }
             }
         }
