@@ -227,6 +227,59 @@ fn shell(command: &str) -> String {
 }
 
 #[test]
+fn a_push_after_edits_sends_just_them_and_the_node_holds_the_project_as_it_is_here() {
+    let env = env();
+    for name in ["a", "b", "c"] {
+        env.write(&format!(".ai/knowledge/notes/{name}.md"), &format!("# {name}\n"));
+    }
+    let first = env.ok(&["remote", "push"]);
+    assert_eq!(first["status"], "pushed", "{first:#}");
+
+    // An edit, an addition, a removal, and a file renamed with its
+    // content kept: the push sends them as a delta of the manifest the
+    // node acknowledged, without asking what it holds first.
+    let notes = env.project().join(".ai/knowledge/notes");
+    env.write(".ai/knowledge/notes/a.md", "# a, edited\n");
+    env.write(".ai/knowledge/notes/d.md", "# d\n");
+    std::fs::remove_file(notes.join("b.md")).unwrap();
+    std::fs::rename(notes.join("c.md"), notes.join("e.md")).unwrap();
+    let pushed = env.ok(&["remote", "push"]);
+    assert_eq!(pushed["status"], "pushed", "{pushed:#}");
+    assert_eq!(pushed["asked"], 0, "{pushed:#}");
+    assert_eq!(pushed["requests"], 2, "a put and a push: {pushed:#}");
+
+    let listed = |env: &Env| {
+        let ran = env.ok(&[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--no-push",
+            "--no-pull",
+            "--params",
+            &shell("cd .ai/knowledge/notes && for f in *; do printf '%s:' \"$f\"; cat \"$f\"; done"),
+        ]);
+        assert_eq!(ran["result"]["status"], "success", "{ran:#}");
+        ran["result"]["data"]["stdout"].as_str().unwrap().to_owned()
+    };
+    let want = "a.md:# a, edited\nd.md:# d\ne.md:# c\n";
+    assert_eq!(listed(&env), want);
+
+    // Stamps lost: the push reads every file and still sends a delta of
+    // the same changes.
+    env.write(".ai/knowledge/notes/d.md", "# d, again\n");
+    let stamps = env.project().join(".ai/state/objects/stamps");
+    std::fs::remove_dir_all(&stamps).unwrap();
+    let pushed = env.ok(&["remote", "push"]);
+    assert_eq!(pushed["status"], "pushed", "{pushed:#}");
+    assert_eq!(pushed["requests"], 2, "{pushed:#}");
+    assert_eq!(
+        listed(&env),
+        "a.md:# a, edited\nd.md:# d, again\ne.md:# c\n"
+    );
+}
+
+#[test]
 fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
     let env = env();
     env.write(".ai/knowledge/notes/a.md", "# a\n");

@@ -18,7 +18,7 @@
 //! [`Client::execute_here`] is a run as a user means it: push, run, and
 //! pull back what the run folded into the node's head.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -538,6 +538,14 @@ impl Ref {
     }
 }
 
+/// A space's manifest as just built, with the stamps of this build and,
+/// when they were trusted, of the last one.
+struct SpaceBuilt {
+    built: manifest::Built,
+    before: Option<Stamps>,
+    after: Stamps,
+}
+
 /// The manifest of the space at `root`, reading only the files the
 /// stamps of its last build (when trusted) do not vouch for. The stamps
 /// live in the project's store, so removing the store takes them along;
@@ -549,28 +557,32 @@ async fn build_space(
     space: SpaceKind,
     policy: &Policy,
     trust_stamps: bool,
-) -> Result<manifest::Built, ClientError> {
+) -> Result<SpaceBuilt, ClientError> {
     let at = root.canonicalize().unwrap_or_else(|_| root.to_owned());
     let file = cas.storage().root().join("stamps").join(format!(
         "{}-{}.json",
         space.name(),
         &ContentHash::of(at.to_string_lossy().as_bytes()).hex()[..16]
     ));
-    let known = if trust_stamps {
+    let before = if trust_stamps {
         Stamps::load(&file)
     } else {
         None
     };
-    let (built, stamps) = manifest::build_stamped(cas, root, space, policy, known.as_ref())
+    let (built, after) = manifest::build_stamped(cas, root, space, policy, before.as_ref())
         .await
         .map_err(local)?;
     // Only a cache: a build that cannot keep its stamps costs the next
     // build a full read, nothing more. Stamps that would say again what
     // the file says are not written.
-    if !known.is_some_and(|k| stamps.says_what(&k)) {
-        let _ = stamps.save(&file);
+    if !before.as_ref().is_some_and(|k| after.says_what(k)) {
+        let _ = after.save(&file);
     }
-    Ok(built)
+    Ok(SpaceBuilt {
+        built,
+        before,
+        after,
+    })
 }
 
 /// The project's own store of objects.
@@ -592,26 +604,75 @@ pub struct Pushed {
     pub skipped: Vec<(String, &'static str)>,
 }
 
-/// The hashes of `manifest` (a stored manifest object) and of what it
-/// names that `known` (the manifest the node acknowledged) does not; and
-/// when `known` is in the project's store, the manifest as a delta from
-/// it.
+/// The hashes of `space`'s manifest and of what it names that `known`
+/// (the manifest the node acknowledged) does not; and when `known` is at
+/// hand, the manifest as a delta from it. When the last build's stamps
+/// make up `known`, the delta is read from the two sets of stamps;
+/// otherwise `known` is read from the project's store.
 async fn new_hashes(
     cas: &Cas<LocalStorage>,
-    manifest: &ContentHash,
+    space: &SpaceBuilt,
     known: Option<&str>,
     out: &mut BTreeSet<String>,
 ) -> Result<Option<Value>, ClientError> {
-    if known == Some(manifest.hex().as_str()) {
+    let hash = space.built.hash.hex();
+    if known == Some(hash.as_str()) {
         return Ok(None);
     }
+    out.insert(hash.clone());
     let read = |hash: ContentHash| async move {
         cas.get_object(&hash)
             .await
             .map_err(local)?
             .ok_or_else(|| ClientError::NotStored(format!("object {}", hash.hex())))
     };
-    let new = Tree::of_manifest(&read(*manifest).await?);
+    // What an item's hash brings: its `item_source` and that one's blob.
+    let item = |hash: &str, out: &mut BTreeSet<String>| {
+        let hash = hash.to_owned();
+        let parsed = hash.parse::<ContentHash>().map_err(local);
+        out.insert(hash);
+        async move {
+            let source = read(parsed?).await?;
+            Ok::<_, ClientError>(
+                source
+                    .get("content_blob_hash")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            )
+        }
+    };
+    if let Some(before) = &space.before
+        && known.is_some()
+        && before.manifest() == known
+        && space.after.manifest() == Some(hash.as_str())
+    {
+        let changes = space.after.changes_since(before);
+        let held: HashSet<&str> = if changes.is_empty() {
+            HashSet::new()
+        } else {
+            before.entries().map(|(_, entry)| entry).collect()
+        };
+        let mut items = serde_json::Map::new();
+        let mut files = serde_json::Map::new();
+        for (path, entry) in changes {
+            let is_item = path.starts_with(".ai/");
+            if let Some(entry) = entry
+                && !held.contains(entry)
+            {
+                if is_item {
+                    if let Some(blob) = item(entry, out).await? {
+                        out.insert(blob);
+                    }
+                } else {
+                    out.insert(entry.to_owned());
+                }
+            }
+            let side = if is_item { &mut items } else { &mut files };
+            side.insert(path.to_owned(), entry.map_or(Value::Null, Value::from));
+        }
+        return Ok(Some(json!({"base": known, "items": items, "files": files})));
+    }
+    let new = Tree::of_manifest(&space.built.manifest);
     let known_value = match known.and_then(|k| k.parse::<ContentHash>().ok()) {
         Some(hash) => cas.get_object(&hash).await.map_err(local)?,
         None => None,
@@ -620,18 +681,13 @@ async fn new_hashes(
         .as_ref()
         .map(Tree::of_manifest)
         .unwrap_or_default();
-    out.insert(manifest.hex());
     let known_items: BTreeSet<&String> = old.items.values().collect();
     let known_files: BTreeSet<&String> = old.files.values().collect();
     for hash in new.items.values() {
-        if known_items.contains(hash) {
-            continue;
-        }
-        let parsed: ContentHash = hash.parse().map_err(local)?;
-        let source = read(parsed).await?;
-        out.insert(hash.clone());
-        if let Some(blob) = source.get("content_blob_hash").and_then(Value::as_str) {
-            out.insert(blob.to_owned());
+        if !known_items.contains(hash)
+            && let Some(blob) = item(hash, out).await?
+        {
+            out.insert(blob);
         }
     }
     for hash in new.files.values() {
@@ -842,28 +898,29 @@ impl Client {
     async fn send_content(
         &self,
         cas: &Cas<LocalStorage>,
-        built: &ContentHash,
-        user: Option<&ContentHash>,
+        project: &SpaceBuilt,
+        user: Option<&SpaceBuilt>,
         known_project: Option<&str>,
         known_user: Option<&str>,
     ) -> Result<(usize, usize), ClientError> {
         let mut wanted = BTreeSet::new();
         let mut deltas = BTreeMap::new();
-        let delta = new_hashes(cas, built, known_project, &mut wanted).await?;
+        let delta = new_hashes(cas, project, known_project, &mut wanted).await?;
         // What changed since the node's acknowledgement is sent without
         // asking first: the node lacks it, but for a rare revert.
         let mut ask_first = true;
         if let Some(delta) = delta {
-            deltas.insert(built.hex(), delta);
+            deltas.insert(project.built.hash.hex(), delta);
             ask_first = false;
         }
         if let Some(u) = user {
             let delta = new_hashes(cas, u, known_user, &mut wanted).await?;
+            let hash = u.built.hash.hex();
             match delta {
                 Some(delta) => {
-                    deltas.insert(u.hex(), delta);
+                    deltas.insert(hash, delta);
                 }
-                None if known_user != Some(u.hex().as_str()) => {
+                None if known_user != Some(hash.as_str()) => {
                     ask_first = true;
                 }
                 None => {}
@@ -920,7 +977,8 @@ impl Client {
         {
             self.assume_limits(limits);
         }
-        let built = build_space(&cas, project, SpaceKind::Project, &policy, trust_stamps).await?;
+        let space = build_space(&cas, project, SpaceKind::Project, &policy, trust_stamps).await?;
+        let built = &space.built;
         let mut skipped = built.skipped.clone();
         let user_built = match user.filter(|u| u.join(".ai").is_dir()) {
             Some(user) => {
@@ -929,14 +987,13 @@ impl Client {
             None => None,
         };
         if let Some(u) = &user_built {
-            skipped.extend(u.skipped.iter().cloned());
+            skipped.extend(u.built.skipped.iter().cloned());
         }
-        let user_hash = user_built.as_ref().map(|u| u.hash);
         let (asked, sent) = match self
             .send_content(
                 &cas,
-                &built.hash,
-                user_hash.as_ref(),
+                &space,
+                user_built.as_ref(),
                 last.project_manifest.as_deref(),
                 last.user_manifest.as_deref(),
             )
@@ -949,12 +1006,12 @@ impl Client {
             {
                 last.project_manifest = None;
                 last.user_manifest = None;
-                self.send_content(&cas, &built.hash, user_hash.as_ref(), None, None)
+                self.send_content(&cas, &space, user_built.as_ref(), None, None)
                     .await?
             }
             other => other?,
         };
-        if let Some(u) = &user_built
+        if let Some(u) = user_built.as_ref().map(|u| &u.built)
             && last.user_manifest.as_deref() != Some(u.hash.hex().as_str())
         {
             let body = |expected: Option<i64>| json!({"user_manifest_hash": u.hash.hex(), "expected_revision": expected});
@@ -1007,7 +1064,7 @@ impl Client {
         Ok(Pushed {
             snapshot,
             project_manifest: built.hash.hex(),
-            user_manifest: user_built.map(|u| u.hash.hex()),
+            user_manifest: user_built.map(|u| u.built.hash.hex()),
             unchanged,
             asked,
             sent,
@@ -1245,7 +1302,7 @@ impl Client {
         };
         self.fetch(&cas, &blobs).await?;
         let policy = Policy::load(policy_spaces).map_err(local)?;
-        let ours_built = build_space(&cas, project, SpaceKind::Project, &policy, true).await?;
+        let ours_built = build_space(&cas, project, SpaceKind::Project, &policy, true).await?.built;
         let ours = Tree::of_manifest(&ours_built.manifest);
         let merged = three_way(&cas, &base, &ours, &theirs)
             .await

@@ -118,10 +118,11 @@ pub async fn build_stamped<S: Storage>(
         walk(&root.join(&rel), &rel, policy, &mut found)?;
     }
     let mut items = BTreeMap::new();
-    for (rel, (path, meta)) in std::mem::take(&mut found.files) {
+    for (rel, meta) in std::mem::take(&mut found.files) {
         let entry = match known.and_then(|k| k.known(&rel, &meta)) {
             Some(stamp) => stamp.entry.clone(),
             None => {
+                let path = root.join(&rel);
                 let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
                 let source = item_source(&rel, &bytes)
                     .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
@@ -135,10 +136,11 @@ pub async fn build_stamped<S: Storage>(
     let mut files = BTreeMap::new();
     if space == SpaceKind::Project {
         walk_files(root, "", policy, &mut found)?;
-        for (rel, (path, meta)) in std::mem::take(&mut found.files) {
+        for (rel, meta) in std::mem::take(&mut found.files) {
             let entry = match known.and_then(|k| k.known(&rel, &meta)) {
                 Some(stamp) => stamp.entry.clone(),
                 None => {
+                    let path = root.join(&rel);
                     let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
                     cas.put_blob(&bytes).await?.hex()
                 }
@@ -153,6 +155,7 @@ pub async fn build_stamped<S: Storage>(
     fields.insert("files".into(), Value::Object(files.into_iter().collect()));
     let manifest = object("source_manifest", fields);
     let hash = cas.put_object(&manifest).await?;
+    stamps.make_up(hash.hex());
     let built = Built {
         hash,
         manifest,
@@ -164,17 +167,18 @@ pub async fn build_stamped<S: Storage>(
 
 /// The metadata of the plain file the walk found as `entry` (the entry
 /// itself, never what a link points at: taken relative to the folder
-/// read, before the file's bytes are), with its path; `None` (and the
-/// path named in `skipped`) when it is no longer a plain file.
+/// read, before the file's bytes are); `None` (and the path named in
+/// `skipped`) when it is no longer a plain file.
 fn plain_file(
     entry: &std::fs::DirEntry,
     rel: &str,
     skipped: &mut Vec<(String, &'static str)>,
-) -> Result<Option<(PathBuf, Metadata)>, SyncError> {
-    let path = entry.path();
-    let meta = entry.metadata().map_err(|e| SyncError::io(&path, e))?;
+) -> Result<Option<Metadata>, SyncError> {
+    let meta = entry
+        .metadata()
+        .map_err(|e| SyncError::io(&entry.path(), e))?;
     if meta.is_file() {
-        Ok(Some((path, meta)))
+        Ok(Some(meta))
     } else {
         skipped.push((rel.to_owned(), "not a plain file"));
         Ok(None)
@@ -183,8 +187,8 @@ fn plain_file(
 
 #[derive(Default)]
 struct Found {
-    /// Relative path to the file's path and metadata.
-    files: BTreeMap<String, (PathBuf, Metadata)>,
+    /// Relative path to the file's metadata.
+    files: BTreeMap<String, Metadata>,
     skipped: Vec<(String, &'static str)>,
     passed: Passed,
 }
@@ -201,40 +205,42 @@ fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(),
     let mut listed = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| SyncError::io(dir, e))?;
-        listed.push(entry);
+        listed.push((entry.file_name(), entry));
     }
-    listed.sort_by_cached_key(|e| e.file_name());
-    for entry in listed {
-        let path = entry.path();
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+    // Names in a folder are unique.
+    listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (file_name, entry) in listed {
+        let Some(name) = file_name.to_str() else {
             found.skipped.push((
-                format!("{rel}/{}", entry.file_name().to_string_lossy()),
+                format!("{rel}/{}", file_name.to_string_lossy()),
                 "its name is not UTF-8",
             ));
-            found.passed.untaken.push(path);
+            found.passed.untaken.push(entry.path());
             continue;
         };
         let child = if rel.is_empty() {
-            name.clone()
+            name.to_owned()
         } else {
             format!("{rel}/{name}")
         };
-        let kind = entry.file_type().map_err(|e| SyncError::io(&path, e))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| SyncError::io(&entry.path(), e))?;
         if kind.is_symlink() {
             found.skipped.push((child, "a symbolic link"));
-            found.passed.untaken.push(path);
+            found.passed.untaken.push(entry.path());
         } else if kind.is_dir() {
-            walk(&path, &child, policy, found)?;
+            walk(&entry.path(), &child, policy, found)?;
         } else if !kind.is_file() {
             found.skipped.push((child, "not a plain file"));
-            found.passed.untaken.push(path);
-        } else if policy.excluded_name(&name) {
+            found.passed.untaken.push(entry.path());
+        } else if policy.excluded_name(name) {
             found.skipped.push((child, "excluded by the policy"));
-            found.passed.untaken.push(path);
+            found.passed.untaken.push(entry.path());
         } else if let Some(file) = plain_file(&entry, &child, &mut found.skipped)? {
             found.files.insert(child, file);
         } else {
-            found.passed.untaken.push(path);
+            found.passed.untaken.push(entry.path());
         }
     }
     Ok(())
