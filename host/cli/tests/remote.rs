@@ -279,6 +279,81 @@ fn a_push_after_edits_sends_just_them_and_the_node_holds_the_project_as_it_is_he
     );
 }
 
+/// A run that leaves the project's items alone is answered on what the
+/// kernel saw it touch, without a walk of every file; one that changes
+/// an item where the kernel cannot see it (through a hard link made in
+/// a folder not watched) is still found by the walk that follows the
+/// answer, folded back then, and its thread says so.
+#[test]
+fn a_change_the_watch_cannot_see_is_folded_back_after_the_answer() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    let pushed = env.ok(&["remote", "push"]);
+    let run = |command: &str| {
+        env.ok(&[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--no-push",
+            "--no-pull",
+            "--params",
+            &shell(command),
+        ])
+    };
+
+    let ran = run("mkdir -p .ai/state/out && echo 1 > .ai/state/out/n.txt");
+    assert_eq!(ran["read_back"], "watched", "{ran:#}");
+    assert_eq!(ran["merge_type"], "no-op", "{ran:#}");
+    assert_eq!(
+        ran["runtime_output_files"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        [".ai/state/out/n.txt"],
+        "{ran:#}"
+    );
+
+    let ran = run("echo '# b' > .ai/knowledge/notes/b.md");
+    assert_eq!(ran["read_back"], "walked", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    let head = ran["head"].clone();
+
+    // Written through a second name in the run's home: no event reaches
+    // the folders watched, so the answer is a no-op.
+    let ran = run("ln .ai/knowledge/notes/a.md ../home/a && echo 'sneaked in' >> ../home/a");
+    assert_eq!(ran["result"]["status"], "success", "{ran:#}");
+    assert_eq!(ran["read_back"], "watched", "{ran:#}");
+    assert_eq!(ran["merge_type"], "no-op", "{ran:#}");
+    let thread = ran["thread_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let shown = loop {
+        let shown = env.ok(&["remote", "threads", &thread]);
+        if shown.get("late_fold_back").is_some() {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "no late fold-back: {shown:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(shown["late_fold_back"]["merge_type"], "fast-forward", "{shown:#}");
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["head"], shown["late_fold_back"]["head"], "{history:#}");
+    assert_ne!(history["head"], head);
+    assert_ne!(history["head"], pushed["snapshot_hash"]);
+
+    // The next run sees the project as folded, not as the link left it
+    // behind, and nothing of the link stays in its workspace.
+    let ran = run("cat .ai/knowledge/notes/a.md; ls ../home | wc -l");
+    assert_eq!(
+        ran["result"]["data"]["stdout"], "# a\nsneaked in\n0\n",
+        "{ran:#}"
+    );
+    env.ok(&["remote", "pull"]);
+    assert_eq!(env.read(".ai/knowledge/notes/a.md"), "# a\nsneaked in\n");
+    assert_eq!(env.read(".ai/knowledge/notes/b.md"), "# b\n");
+}
+
 #[test]
 fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
     let env = env();

@@ -11,5 +11,6 @@ mod parsed;
 pub mod run;
 pub mod service;
 pub mod tracked;
+pub mod watch;
 
 pub use service::{Node, Settings, router, serve};

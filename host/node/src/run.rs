@@ -7,18 +7,20 @@
 //! and what the run left under `.ai/state/` and `.ai/knowledge/state/`
 //! gathered as its outputs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rye_cas::{Cas, ContentHash, Storage};
 use rye_sync::SyncError;
-use rye_sync::manifest::Built;
+use rye_sync::manifest::Passed;
 use rye_sync::materialize::{self, Synced};
 use rye_sync::stamps::Stamps;
 use serde_json::Value;
+
+use crate::watch::{Watch, folders_of};
 
 /// The folders a run's outputs are gathered from, relative to the
 /// project.
@@ -66,6 +68,44 @@ pub struct Workspaces {
     next: AtomicU64,
     /// How many free ones are kept; past that the oldest go.
     keep: usize,
+    /// Workspaces whose run has been answered and is still being read
+    /// back, by key: a run of their project waits for one rather than
+    /// start from nothing.
+    reading: Mutex<HashMap<String, usize>>,
+    read: tokio::sync::Notify,
+}
+
+/// How long a run waits for a workspace of its project to be read back
+/// before it takes a new one.
+const READ_WAIT: Duration = Duration::from_secs(30);
+
+/// A workspace noted as being read back, to be made a [`Reading`] where
+/// the reading happens.
+#[must_use]
+pub struct Pending {
+    key: String,
+}
+
+/// A workspace being read back after its run was answered; dropped, it
+/// no longer holds runs of its project waiting (whether the workspace
+/// was given back or not).
+pub struct Reading<'a> {
+    pool: &'a Workspaces,
+    key: String,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut reading = self.pool.reading.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = reading.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                reading.remove(&self.key);
+            }
+        }
+        drop(reading);
+        self.pool.read.notify_waiters();
+    }
 }
 
 impl Workspaces {
@@ -83,6 +123,8 @@ impl Workspaces {
             free: Mutex::new(Vec::new()),
             next: AtomicU64::new(0),
             keep,
+            reading: Mutex::new(HashMap::new()),
+            read: tokio::sync::Notify::new(),
         })
     }
 
@@ -90,16 +132,52 @@ impl Workspaces {
         ContentHash::of(format!("{principal}\n{project}").as_bytes()).hex()[..16].to_owned()
     }
 
-    /// A free workspace of `principal`'s `project`, else a new one.
-    pub fn take(&self, principal: &str, project: &str) -> Workspace {
+    /// A free workspace of `principal`'s `project`, else (after waiting
+    /// for one being read back, when there is one) a new one.
+    pub async fn take(&self, principal: &str, project: &str) -> Workspace {
         let key = Workspaces::key(principal, project);
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        match free.iter().rposition(|w| w.key == key) {
-            Some(at) => free.remove(at),
-            None => {
-                drop(free);
-                self.fresh(principal, project)
+        let deadline = tokio::time::Instant::now() + READ_WAIT;
+        loop {
+            let read = self.read.notified();
+            tokio::pin!(read);
+            read.as_mut().enable();
+            {
+                let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(at) = free.iter().rposition(|w| w.key == key) {
+                    return free.remove(at);
+                }
             }
+            let waiting = self
+                .reading
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&key);
+            if !waiting || tokio::time::timeout_at(deadline, read).await.is_err() {
+                return self.fresh(principal, project);
+            }
+        }
+    }
+
+    /// Notes that `workspace` is being read back after its run was
+    /// answered, until the guard [`Workspaces::read_by`] makes of the
+    /// note is dropped.
+    pub fn reading(&self, workspace: &Workspace) -> Pending {
+        *self
+            .reading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(workspace.key.clone())
+            .or_default() += 1;
+        Pending {
+            key: workspace.key.clone(),
+        }
+    }
+
+    /// The guard of a workspace's reading back.
+    pub fn read_by(&self, pending: Pending) -> Reading<'_> {
+        Reading {
+            pool: self,
+            key: pending.key,
         }
     }
 
@@ -113,6 +191,7 @@ impl Workspaces {
             project_stamps: None,
             user_stamps: None,
             holds: None,
+            used: false,
         }
     }
 
@@ -146,7 +225,9 @@ pub struct Workspace {
     /// What `project/` holds, exactly, when that is known: after a run
     /// whose changes were read and whatever else it left cleared away.
     /// The next sync then touches only what differs, without a walk.
-    holds: Option<BTreeMap<String, String>>,
+    holds: Option<Arc<Value>>,
+    /// Whether a run has used it.
+    used: bool,
 }
 
 impl Workspace {
@@ -164,7 +245,7 @@ impl Workspace {
 
     /// Whether an earlier run used it.
     pub fn reused(&self) -> bool {
-        self.project_stamps.is_some()
+        self.used
     }
 
     /// Makes `project/` hold exactly `project` (a manifest), `user/`
@@ -176,13 +257,12 @@ impl Workspace {
         project: &Value,
         user: Option<&Value>,
     ) -> Result<Synced, SyncError> {
-        let (done, stamps) = match (self.holds.take(), &self.project_stamps) {
+        let (done, stamps) = match (self.holds.take(), self.project_stamps.take()) {
             (Some(holds), Some(stamps)) => {
                 materialize::sync_known(cas, project, &self.project(), &holds, stamps).await?
             }
-            _ => {
-                materialize::sync(cas, project, &self.project(), self.project_stamps.as_ref())
-                    .await?
+            (_, stamps) => {
+                materialize::sync(cas, project, &self.project(), stamps.as_ref()).await?
             }
         };
         self.project_stamps = Some(stamps);
@@ -199,6 +279,17 @@ impl Workspace {
         Ok(done)
     }
 
+    /// A watch over `project/` while it holds exactly `manifest` (as
+    /// [`Workspace::prepare`] leaves it), when the manifest names items
+    /// only: what changes there is then known without a walk.
+    pub fn watch(&self, manifest: &Value) -> Option<Watch> {
+        let files = manifest.get("files").and_then(Value::as_object);
+        if files.is_some_and(|f| !f.is_empty()) {
+            return None;
+        }
+        Watch::start(&self.project(), folders_of(manifest))
+    }
+
     /// What `project/` held when last synced or read.
     pub fn project_stamps(&self) -> Option<&Stamps> {
         self.project_stamps.as_ref()
@@ -209,9 +300,15 @@ impl Workspace {
     /// the inner host's own state and the home folder go, and whatever
     /// else the manifest does not name, so nothing of the run lingers but
     /// the project's files, and the next sync knows them without a walk.
-    pub fn ran(&mut self, built: &Built, stamps: Stamps) -> Result<(), SyncError> {
+    pub fn ran(
+        &mut self,
+        manifest: Arc<Value>,
+        passed: &Passed,
+        stamps: Stamps,
+    ) -> Result<(), SyncError> {
+        self.used = true;
         self.project_stamps = Some(stamps);
-        self.holds = materialize::clear_to(&self.project(), built)?;
+        self.holds = materialize::clear_to(&self.project(), &manifest, passed)?.then_some(manifest);
         let state = self.project().join(".ai/state");
         match std::fs::remove_dir_all(&state) {
             Ok(()) => {}
@@ -400,31 +497,31 @@ fn gather(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_workspace_goes_back_to_its_project_and_the_oldest_free_one_goes_away() {
+    #[tokio::test]
+    async fn a_workspace_goes_back_to_its_project_and_the_oldest_free_one_goes_away() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("executions");
         std::fs::create_dir_all(root.join("left/over")).unwrap();
         let pool = Workspaces::open(root.clone(), 2).unwrap();
         assert!(!root.join("left").exists(), "an earlier start's are swept");
 
-        let a = pool.take("alice", "p");
+        let a = pool.take("alice", "p").await;
         let a_root = a.root.clone();
         std::fs::create_dir_all(a.project()).unwrap();
         // Another project, another principal: never the same folder.
-        let b = pool.take("bob", "p");
-        let c = pool.take("alice", "q");
+        let b = pool.take("bob", "p").await;
+        let c = pool.take("alice", "q").await;
         assert_ne!(b.root, a_root);
         assert_ne!(c.root.parent(), a_root.parent());
         pool.give_back(a);
-        let again = pool.take("alice", "p");
+        let again = pool.take("alice", "p").await;
         assert_eq!(again.root, a_root);
         // Not given back: removed.
         drop(again);
         assert!(!a_root.exists());
 
         // Past two free ones, the oldest is removed.
-        let roots: Vec<PathBuf> = [b, c, pool.take("carol", "r")]
+        let roots: Vec<PathBuf> = [b, c, pool.take("carol", "r").await]
             .into_iter()
             .map(|w| {
                 std::fs::create_dir_all(w.project()).unwrap();
@@ -436,5 +533,26 @@ mod tests {
         assert_eq!(pool.free(), 2);
         assert!(!roots[0].exists());
         assert!(roots[1].exists() && roots[2].exists());
+
+        // One being read back after its run is waited for, not replaced.
+        let d = pool.take("dave", "p").await;
+        std::fs::create_dir_all(d.project()).unwrap();
+        let d_root = d.root.clone();
+        let reading = pool.read_by(pool.reading(&d));
+        let (taken, ()) = tokio::join!(pool.take("dave", "p"), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            pool.give_back(d);
+            drop(reading);
+        });
+        assert_eq!(taken.root, d_root);
+        // A reading that ends without giving its workspace back leaves
+        // the waiting run a new one.
+        let reading = pool.read_by(pool.reading(&taken));
+        drop(taken);
+        let (fresh, ()) = tokio::join!(pool.take("dave", "p"), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(reading);
+        });
+        assert_ne!(fresh.root, d_root);
     }
 }

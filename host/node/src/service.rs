@@ -32,7 +32,8 @@ use crate::bytes::ObjectBytes;
 use crate::db::{Db, DbError, ThreadRow};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
 use crate::parsed::Parsed;
-use crate::run::{RunError, Runner, Workspaces};
+use crate::run::{RunError, Runner, Workspace, Workspaces};
+use crate::watch::{Seen, Watch};
 use crate::tracked::Tracked;
 
 /// How a node is set up.
@@ -1174,21 +1175,24 @@ async fn start_thread(
     )))
 }
 
-/// Runs `job` to its end and records how it ended; the answer.
+/// Runs `job` to its end and records how it ended; the answer. A run
+/// answered before its workspace was read back in full is read back
+/// after, its workspace given back only then.
 async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
     node.active.fetch_add(1, Ordering::Relaxed);
     let outcome = run_job(node, &job).await;
     node.active.fetch_sub(1, Ordering::Relaxed);
-    let (status, record, state) = match outcome {
-        Ok(record) => {
+    let (status, record, state, later) = match outcome {
+        Ok((record, later)) => {
             let state = record["status"].as_str().unwrap_or("completed").to_owned();
-            (StatusCode::OK, record, state)
+            (StatusCode::OK, record, state, later)
         }
         Err((phase, message)) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             json!({"status": "error", "error": message, "thread_id": job.thread_id,
                    "item_id": job.item_id, "phase": phase, "snapshot_hash": job.base.hex()}),
             "error".to_owned(),
+            None,
         ),
     };
     if let Err(e) = node
@@ -1198,18 +1202,154 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
     {
         tracing::error!("recording how {} ended: {e}", job.thread_id);
     }
+    if let Some(later) = later {
+        let node = Arc::clone(node);
+        let pending = node.workspaces.reading(&later.space);
+        let answered = record.clone();
+        tokio::spawn(async move {
+            let _reading = node.workspaces.read_by(pending);
+            read_back_later(&node, &job, later, answered, &state).await;
+        });
+    }
     (status, record)
 }
 
 type Failed = (&'static str, String);
 
-async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
+/// A run answered on what its watch saw, its workspace still to be read
+/// back in full.
+struct Later {
+    space: Workspace,
+    /// The hash of the project manifest the run started from.
+    manifest_hash: ContentHash,
+}
+
+/// Reads back `space` after the run `job` was answered (as `answered`)
+/// on what its watch saw. What the watch did not see (a file written
+/// through a memory map, or through a hard link from a folder not
+/// watched) is folded back now, and the thread's record says so; the
+/// workspace then goes back for the next run.
+async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Value, state: &str) {
+    let Later {
+        space,
+        manifest_hash,
+    } = later;
+    let cas = node.cas();
+    let (built, stamps) = match read_back(&cas, &space).await {
+        Ok(read) => read,
+        Err((_, e)) => {
+            // The workspace is dropped, and removed with it.
+            tracing::warn!("reading back {} after its answer: {e}", job.thread_id);
+            return;
+        }
+    };
+    if built.hash != manifest_hash {
+        tracing::warn!(
+            "{} changed items its watch did not see; folded back after its answer",
+            job.thread_id
+        );
+        let heads = DbHeads {
+            db: &node.db,
+            principal: &job.principal,
+            project: &job.project,
+        };
+        let late = foldback::fold_back(
+            &cas,
+            &heads,
+            &Ran {
+                base: job.base,
+                manifest: built.hash,
+                item: job.item_id.clone(),
+                thread_id: job.thread_id.clone(),
+                now: iso_now(),
+            },
+        )
+        .await;
+        answered["late_fold_back"] = match &late {
+            Ok(folded) => json!({
+                "merge_type": folded.merge_type.name(),
+                "head": folded.head.map(|h| h.hex()),
+                "run_snapshot_hash": folded.run_snapshot.map(|h| h.hex()),
+                "conflicts": folded.conflicts.as_ref().map(|m| m.to_json()["conflicts"].clone()),
+            }),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        let written = cas.storage().take();
+        if let Err(e) = node
+            .db
+            .hold(&job.principal, &written, now_secs() as i64)
+            .await
+        {
+            tracing::error!("{}: holding what its late fold-back stored: {e}", job.thread_id);
+        }
+        if let Err(e) = node
+            .db
+            .finish_thread(&job.thread_id, state, &answered, now_secs() as i64)
+            .await
+        {
+            tracing::error!("recording {}'s late fold-back: {e}", job.thread_id);
+        }
+    } else {
+        let written = cas.storage().take();
+        if !written.is_empty()
+            && let Err(e) = node
+                .db
+                .hold(&job.principal, &written, now_secs() as i64)
+                .await
+        {
+            tracing::error!("{}: holding what its reading back stored: {e}", job.thread_id);
+        }
+    }
+    settle(node, space, built, stamps, &job.thread_id);
+}
+
+/// Reads the project in `space` back: its manifest, stored, and the
+/// stamps of its files.
+async fn read_back(
+    cas: &Cas<Tracked<ObjectBytes>>,
+    space: &Workspace,
+) -> Result<(manifest::Built, rye_sync::stamps::Stamps), Failed> {
+    let user = space.user();
+    let policy = Policy::load(&[&user.join(".ai"), &space.project().join(".ai")])
+        .map_err(|e| ("outputs", e.to_string()))?;
+    manifest::build_stamped(
+        cas,
+        &space.project(),
+        manifest::SpaceKind::Project,
+        &policy,
+        space.project_stamps(),
+    )
+    .await
+    .map_err(|e| ("outputs", e.to_string()))
+}
+
+/// Clears `space` to the manifest just read back from it and gives it
+/// back for the next run of its project.
+fn settle(
+    node: &Node,
+    mut space: Workspace,
+    built: manifest::Built,
+    stamps: rye_sync::stamps::Stamps,
+    thread_id: &str,
+) {
+    let manifest = Arc::new(built.manifest);
+    let ran = space.ran(Arc::clone(&manifest), &built.passed, stamps);
+    // The next push on top of this run's snapshot checks against it.
+    node.parsed.keep(built.hash, manifest);
+    match ran {
+        Ok(()) => node.workspaces.give_back(space),
+        Err(e) => tracing::warn!("a workspace could not be cleared after {thread_id}: {e}"),
+    }
+}
+
+async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Failed> {
     let cas = node.cas();
     let mut laps = Laps::start();
-    let (project_manifest, user_manifest) = snapshot_manifests(node, &cas, &job.base)
-        .await
-        .map_err(|e| ("checkout", e))?;
-    let mut space = node.workspaces.take(&job.principal, &job.project);
+    let (project_hash, project_manifest, user_manifest) =
+        snapshot_manifests(node, &cas, &job.base)
+            .await
+            .map_err(|e| ("checkout", e))?;
+    let mut space = node.workspaces.take(&job.principal, &job.project).await;
     let mut synced = space
         .prepare(&cas, &project_manifest, user_manifest.as_deref())
         .await;
@@ -1238,11 +1378,16 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         .and_then(|doc| keys::read_authorization(&doc, node.key.public()).ok())
         .ok_or(("run", "the caller's key is no longer authorized".to_owned()))?;
     std::fs::write(&trusted, key.key.pem()).map_err(|e| ("run", e.to_string()))?;
+    // What the run touches among the project's items, seen as it
+    // happens: a run that leaves them as they were is answered without
+    // a walk of every file.
+    let watch = space.watch(&project_manifest);
     let result = node
         .settings
         .runner
         .run(&space, &job.kind, &job.id, &job.parameters, &trusted)
         .await;
+    let seen = watch.map(Watch::seen);
     let result = match result {
         Ok(result) => result,
         Err(e @ RunError::TimedOut(_)) => json!({"status": "error", "error": e.to_string()}),
@@ -1268,18 +1413,12 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         .put_object(&rye_cas::object("runtime_outputs_bundle", bundle))
         .await
         .map_err(|e| ("outputs", e.to_string()))?;
-    let user = space.user();
-    let policy = Policy::load(&[&user.join(".ai"), &space.project().join(".ai")])
-        .map_err(|e| ("outputs", e.to_string()))?;
-    let (built, stamps) = manifest::build_stamped(
-        &cas,
-        &space.project(),
-        manifest::SpaceKind::Project,
-        &policy,
-        space.project_stamps(),
-    )
-    .await
-    .map_err(|e| ("outputs", e.to_string()))?;
+    let read = if seen.as_ref().is_some_and(Seen::leaves_items) {
+        None
+    } else {
+        Some(read_back(&cas, &space).await?)
+    };
+    let run_manifest = read.as_ref().map_or(project_hash, |(built, _)| built.hash);
     laps.lap("outputs");
     let heads = DbHeads {
         db: &node.db,
@@ -1291,7 +1430,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         &heads,
         &Ran {
             base: job.base,
-            manifest: built.hash,
+            manifest: run_manifest,
             item: job.item_id.clone(),
             thread_id: job.thread_id.clone(),
             now: iso_now(),
@@ -1307,16 +1446,16 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         .await
         .map_err(|e| ("fold-back", e.to_string()))?;
     laps.lap("fold_back");
-    let ran = space.ran(&built, stamps);
-    // The next push on top of this run's snapshot checks against it.
-    node.parsed.keep(built.hash, Arc::new(built.manifest));
-    match ran {
-        Ok(()) => node.workspaces.give_back(space),
-        Err(e) => tracing::warn!(
-            "a workspace could not be cleared after {}: {e}",
-            job.thread_id
-        ),
-    }
+    let later = match read {
+        Some((built, stamps)) => {
+            settle(node, space, built, stamps, &job.thread_id);
+            None
+        }
+        None => Some(Later {
+            space,
+            manifest_hash: project_hash,
+        }),
+    };
     let status = if result.get("status").and_then(Value::as_str) == Some("error") {
         "error"
     } else {
@@ -1339,6 +1478,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         "system_version": node.settings.system_version,
         "workspace": {"kept": synced.kept, "written": synced.written, "removed": synced.removed},
         "timings_ms": laps.into_json(),
+        "read_back": if later.is_some() { "watched" } else { "walked" },
     });
     if !skipped.is_empty() {
         record["skipped_outputs"] = json!(
@@ -1352,7 +1492,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<Value, Failed> {
         record["conflicts"] = merged.to_json()["conflicts"].clone();
         record["unmerged_snapshot"] = json!(folded.run_snapshot.map(|h| h.hex()));
     }
-    Ok(record)
+    Ok((record, later))
 }
 
 /// The project and user manifests of the snapshot `base`.
@@ -1360,7 +1500,7 @@ async fn snapshot_manifests(
     node: &Node,
     cas: &Cas<Tracked<ObjectBytes>>,
     base: &ContentHash,
-) -> Result<(Arc<Value>, Option<Arc<Value>>), String> {
+) -> Result<(ContentHash, Arc<Value>, Option<Arc<Value>>), String> {
     let object = |hash: ContentHash| async move {
         node.parsed
             .object(cas, &hash)
@@ -1376,20 +1516,20 @@ async fn snapshot_manifests(
     for key in ["project_manifest_hash", "user_manifest_hash"] {
         manifests.push(match snapshot.get(key).and_then(Value::as_str) {
             Some(hash) => {
-                let hash = hash
+                let hash: ContentHash = hash
                     .parse()
                     .map_err(|_| format!("{key} of {} is no hash", base.hex()))?;
-                Some(object(hash).await?)
+                Some((hash, object(hash).await?))
             }
             None => None,
         });
     }
-    let user = manifests.pop().flatten();
-    let project = manifests
+    let user = manifests.pop().flatten().map(|(_, m)| m);
+    let (hash, project) = manifests
         .pop()
         .flatten()
         .ok_or_else(|| format!("{} names no project manifest", base.hex()))?;
-    Ok((project, user))
+    Ok((hash, project, user))
 }
 
 /// How long each phase of a run took, in milliseconds.

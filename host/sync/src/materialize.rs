@@ -19,7 +19,7 @@ use rye_cas::{Cas, ContentHash, Storage};
 use serde_json::Value;
 
 use crate::SyncError;
-use crate::manifest::{Built, entry_of};
+use crate::manifest::{Passed, entry_of};
 use crate::stamps::{Stamp, Stamps};
 
 /// Why `path` may not be written, if it may not.
@@ -121,31 +121,31 @@ pub async fn sync<S: Storage>(
     let dir =
         Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
     for (path, (entry, item)) in &wanted {
-        if let Some(meta) = present.get(path) {
+        if let Some(meta) = present.get(*path) {
             if let Some(stamp) = known
                 .and_then(|k| k.known(path, meta))
-                .filter(|s| &s.entry == entry)
+                .filter(|s| s.entry == *entry)
             {
-                stamps.insert(path.clone(), stamp.clone());
+                stamps.insert((*path).to_owned(), stamp.clone());
                 done.kept += 1;
                 continue;
             }
             let bytes = dir.read(path).map_err(|e| failed(target, path, e))?;
             if entry_of(path, &bytes, *item).is_some_and(|h| h.hex() == *entry) {
-                stamps.insert(path.clone(), Stamp::of(meta, entry.clone()));
+                stamps.insert((*path).to_owned(), Stamp::of(meta, (*entry).to_owned()));
                 done.kept += 1;
                 continue;
             }
         }
         let stamp = write_entry(cas, &dir, target, path, entry, *item).await?;
-        stamps.insert(path.clone(), stamp);
+        stamps.insert((*path).to_owned(), stamp);
         done.written += 1;
     }
     Ok((done, stamps))
 }
 
-/// [`sync`] for a folder known to hold exactly the files `holds` names
-/// (path to manifest entry; the files stamped in `stamps`) and nothing
+/// [`sync`] for a folder known to hold exactly the items of the manifest
+/// `holds` (the files stamped in `stamps`) and nothing
 /// else, as [`clear_to`] leaves one: only what differs is touched, and
 /// the folder is not walked. What it did, and the stamps of the files it
 /// now holds (those kept keep theirs).
@@ -153,18 +153,18 @@ pub async fn sync_known<S: Storage>(
     cas: &Cas<S>,
     manifest: &Value,
     target: &Path,
-    holds: &BTreeMap<String, String>,
-    stamps: &Stamps,
+    holds: &Value,
+    mut stamps: Stamps,
 ) -> Result<(Synced, Stamps), SyncError> {
     let (wanted, folders) = wanted(manifest)?;
-    let mut stamps = stamps.clone();
     let mut done = Synced::default();
+    let (gone, written) = differences(holds, &wanted, &mut done.kept);
     let dir =
         Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
     // Removals first: a file in the way of a folder goes before the
     // folder is made, and a folder emptied goes before a file takes its
     // name.
-    for path in holds.keys().filter(|p| !wanted.contains_key(*p)) {
+    for path in gone {
         match dir.remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -172,7 +172,7 @@ pub async fn sync_known<S: Storage>(
         }
         stamps.remove(path);
         done.removed += 1;
-        let mut at = path.as_str();
+        let mut at = path;
         while let Some((parent, _)) = at.rsplit_once('/') {
             if folders.contains(parent) || dir.remove_dir(parent).is_err() {
                 break;
@@ -180,36 +180,76 @@ pub async fn sync_known<S: Storage>(
             at = parent;
         }
     }
-    for (path, (entry, item)) in &wanted {
-        if holds.get(path) == Some(entry) {
-            done.kept += 1;
-            continue;
-        }
-        let stamp = write_entry(cas, &dir, target, path, entry, *item).await?;
-        stamps.insert(path.clone(), stamp);
+    for (path, entry, item) in written {
+        let stamp = write_entry(cas, &dir, target, path, entry, item).await?;
+        stamps.insert(path.to_owned(), stamp);
         done.written += 1;
     }
     Ok((done, stamps))
 }
 
-/// Clears the folder `root`, whose manifest `built` was just built from
-/// it (nothing having changed it since), of everything that manifest
-/// does not name: what the build passed over, folders left holding none
-/// of its files, and everything beside `.ai/`'s item folders; the files
-/// it then holds exactly (path to manifest entry), for [`sync_known`].
-/// `None`, with nothing promised, when the manifest names files outside
-/// `.ai/` (their policy may leave out what the build never looked at).
-pub fn clear_to(root: &Path, built: &Built) -> Result<Option<BTreeMap<String, String>>, SyncError> {
-    let mut holds = BTreeMap::new();
-    for section in ["items", "files"] {
-        if let Some(map) = built.manifest.get(section).and_then(Value::as_object) {
-            if section == "files" && !map.is_empty() {
-                return Ok(None);
+/// What of the items of the manifest `holds` goes and what of `wanted`
+/// is written (path, entry, whether an item), in one pass over both
+/// sorted by path; the files that stay are counted in `kept`.
+fn differences<'a>(
+    holds: &'a Value,
+    wanted: &Wanted<'a>,
+    kept: &mut usize,
+) -> (Vec<&'a str>, Vec<(&'a str, &'a str, bool)>) {
+    use std::cmp::Ordering;
+    let holds: BTreeMap<&str, &str> = holds
+        .get("items")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default()))
+        .collect();
+    let mut gone: Vec<&str> = Vec::new();
+    let mut written: Vec<(&str, &str, bool)> = Vec::new();
+    let mut held = holds.iter().peekable();
+    let mut want = wanted.iter().peekable();
+    loop {
+        let order = match (held.peek(), want.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((h, _)), Some((w, _))) => h.cmp(w),
+        };
+        match order {
+            Ordering::Less => gone.push(held.next().expect("peeked").0),
+            Ordering::Greater => {
+                let (path, (entry, item)) = want.next().expect("peeked");
+                written.push((path, entry, *item));
             }
-            for (path, hash) in map {
-                holds.insert(path.clone(), hash.as_str().unwrap_or_default().to_owned());
+            Ordering::Equal => {
+                let (_, had) = held.next().expect("peeked");
+                let (path, (entry, item)) = want.next().expect("peeked");
+                if had != entry {
+                    written.push((path, entry, *item));
+                } else {
+                    *kept += 1;
+                }
             }
         }
+    }
+    (gone, written)
+}
+
+/// Clears the folder `root`, whose `manifest` was just built from
+/// it (nothing having changed it since), of everything that manifest
+/// does not name: what the build passed over (`passed`), folders left holding none
+/// of its files, and everything beside `.ai/`'s item folders; it then
+/// holds exactly the manifest's items, as [`sync_known`] needs. `false`,
+/// with nothing cleared or promised, when the manifest names files
+/// outside `.ai/` (their policy may leave out what the build never
+/// looked at).
+pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, SyncError> {
+    if manifest
+        .get("files")
+        .and_then(Value::as_object)
+        .is_some_and(|files| !files.is_empty())
+    {
+        return Ok(false);
     }
     let gone = |path: &Path| -> Result<(), SyncError> {
         let meta = match std::fs::symlink_metadata(path) {
@@ -227,7 +267,7 @@ pub fn clear_to(root: &Path, built: &Built) -> Result<Option<BTreeMap<String, St
             _ => Ok(()),
         }
     };
-    let entered: BTreeSet<&str> = built.passed.folders.iter().map(String::as_str).collect();
+    let entered: BTreeSet<&str> = passed.folders.iter().map(String::as_str).collect();
     for (folder, keep) in [(root.to_owned(), ".ai"), (root.join(".ai"), "")] {
         let entries = match std::fs::read_dir(&folder) {
             Ok(entries) => entries,
@@ -247,25 +287,26 @@ pub fn clear_to(root: &Path, built: &Built) -> Result<Option<BTreeMap<String, St
             }
         }
     }
-    for path in &built.passed.untaken {
+    for path in &passed.untaken {
         gone(path)?;
     }
     let mut needed = BTreeSet::new();
-    for path in holds.keys() {
+    let items = manifest.get("items").and_then(Value::as_object);
+    for path in items.into_iter().flat_map(|m| m.keys()) {
         let mut at = path.as_str();
         while let Some((parent, _)) = at.rsplit_once('/') {
-            if !needed.insert(parent.to_owned()) {
+            if !needed.insert(parent) {
                 break;
             }
             at = parent;
         }
     }
-    for folder in &built.passed.folders {
-        if !needed.contains(folder) {
+    for folder in &passed.folders {
+        if !needed.contains(folder.as_str()) {
             gone(&root.join(folder))?;
         }
     }
-    Ok(Some(holds))
+    Ok(true)
 }
 
 fn failed(target: &Path, path: &str, e: std::io::Error) -> SyncError {
@@ -308,11 +349,11 @@ async fn write_entry<S: Storage>(
     Ok(Stamp::of(&meta, entry.to_owned()))
 }
 
-type Wanted = BTreeMap<String, (String, bool)>;
+type Wanted<'a> = BTreeMap<&'a str, (&'a str, bool)>;
 
 /// The files `manifest` names (path to entry, and whether it is an
 /// item) and the folders they are in, every path checked.
-fn wanted(manifest: &Value) -> Result<(Wanted, BTreeSet<String>), SyncError> {
+fn wanted(manifest: &Value) -> Result<(Wanted<'_>, BTreeSet<&str>), SyncError> {
     let mut wanted: Wanted = BTreeMap::new();
     for (section, item) in [("items", true), ("files", false)] {
         let Some(map) = manifest.get(section).and_then(Value::as_object) else {
@@ -328,9 +369,7 @@ fn wanted(manifest: &Value) -> Result<(Wanted, BTreeSet<String>), SyncError> {
                 .as_str()
                 .filter(|h| h.parse::<ContentHash>().is_ok())
                 .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))?;
-            if wanted
-                .insert(path.clone(), (hash.to_owned(), item))
-                .is_some()
+            if wanted.insert(path.as_str(), (hash, item)).is_some()
             {
                 return Err(SyncError::Manifest(format!(
                     "the manifest names {path:?} twice"
@@ -340,9 +379,9 @@ fn wanted(manifest: &Value) -> Result<(Wanted, BTreeSet<String>), SyncError> {
     }
     let mut folders = BTreeSet::new();
     for path in wanted.keys() {
-        let mut at = path.as_str();
+        let mut at = *path;
         while let Some((parent, _)) = at.rsplit_once('/') {
-            if !folders.insert(parent.to_owned()) {
+            if !folders.insert(parent) {
                 break;
             }
             at = parent;
@@ -362,8 +401,8 @@ fn wanted(manifest: &Value) -> Result<(Wanted, BTreeSet<String>), SyncError> {
 fn prune(
     root: &Path,
     rel: &str,
-    wanted: &BTreeMap<String, (String, bool)>,
-    folders: &BTreeSet<String>,
+    wanted: &Wanted<'_>,
+    folders: &BTreeSet<&str>,
     present: &mut BTreeMap<String, std::fs::Metadata>,
     removed: &mut usize,
 ) -> Result<(), SyncError> {
@@ -386,10 +425,10 @@ fn prune(
             }
         });
         match child {
-            Some(child) if meta.is_dir() && folders.contains(&child) => {
+            Some(child) if meta.is_dir() && folders.contains(child.as_str()) => {
                 prune(root, &child, wanted, folders, present, removed)?;
             }
-            Some(child) if meta.is_file() && wanted.contains_key(&child) => {
+            Some(child) if meta.is_file() && wanted.contains_key(child.as_str()) => {
                 present.insert(child, meta);
             }
             _ => {
