@@ -157,6 +157,15 @@ impl<S: Storage> Cas<S> {
         Ok(hash)
     }
 
+    /// Stores an object given as the bytes [`canonical::to_vec`] made of
+    /// it (when they were needed anyway, to check a hash), so they are
+    /// not made twice; its hash.
+    pub async fn put_canonical(&self, bytes: &[u8]) -> Result<ContentHash, CasError> {
+        let hash = ContentHash::of(bytes);
+        self.put(Class::Object, &hash, bytes).await?;
+        Ok(hash)
+    }
+
     async fn put(&self, class: Class, hash: &ContentHash, bytes: &[u8]) -> Result<(), CasError> {
         let key = class.key(hash);
         self.storage.put(&key, bytes).await.map_err(|e| io(&key, e))

@@ -136,6 +136,21 @@ impl Env {
         })
     }
 
+    /// The shell tool run on the node as its head has the project,
+    /// nothing pushed or pulled.
+    fn on_node(&self, command: &str) -> Value {
+        self.ok(&[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--no-push",
+            "--no-pull",
+            "--params",
+            &shell(command),
+        ])
+    }
+
     fn write(&self, rel: &str, text: &str) {
         let path = self.project().join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -230,7 +245,10 @@ fn shell(command: &str) -> String {
 fn a_push_after_edits_sends_just_them_and_the_node_holds_the_project_as_it_is_here() {
     let env = env();
     for name in ["a", "b", "c"] {
-        env.write(&format!(".ai/knowledge/notes/{name}.md"), &format!("# {name}\n"));
+        env.write(
+            &format!(".ai/knowledge/notes/{name}.md"),
+            &format!("# {name}\n"),
+        );
     }
     let first = env.ok(&["remote", "push"]);
     assert_eq!(first["status"], "pushed", "{first:#}");
@@ -249,16 +267,9 @@ fn a_push_after_edits_sends_just_them_and_the_node_holds_the_project_as_it_is_he
     assert_eq!(pushed["requests"], 2, "a put and a push: {pushed:#}");
 
     let listed = |env: &Env| {
-        let ran = env.ok(&[
-            "remote",
-            "execute",
-            "tool",
-            "demo/shell",
-            "--no-push",
-            "--no-pull",
-            "--params",
-            &shell("cd .ai/knowledge/notes && for f in *; do printf '%s:' \"$f\"; cat \"$f\"; done"),
-        ]);
+        let ran = env.on_node(
+            "cd .ai/knowledge/notes && for f in *; do printf '%s:' \"$f\"; cat \"$f\"; done",
+        );
         assert_eq!(ran["result"]["status"], "success", "{ran:#}");
         ran["result"]["data"]["stdout"].as_str().unwrap().to_owned()
     };
@@ -279,28 +290,17 @@ fn a_push_after_edits_sends_just_them_and_the_node_holds_the_project_as_it_is_he
     );
 }
 
-/// A run that leaves the project's items alone is answered on what the
-/// kernel saw it touch, without a walk of every file; one that changes
-/// an item where the kernel cannot see it (through a hard link made in
-/// a folder not watched) is still found by the walk that follows the
+/// A run is answered on what the kernel saw it touch among the
+/// project's items, without a walk of every file; one that changes an
+/// item where the kernel cannot see it (through a hard link made in a
+/// folder not watched) is still found by the walk that follows the
 /// answer, folded back then, and its thread says so.
 #[test]
 fn a_change_the_watch_cannot_see_is_folded_back_after_the_answer() {
     let env = env();
     env.write(".ai/knowledge/notes/a.md", "# a\n");
     let pushed = env.ok(&["remote", "push"]);
-    let run = |command: &str| {
-        env.ok(&[
-            "remote",
-            "execute",
-            "tool",
-            "demo/shell",
-            "--no-push",
-            "--no-pull",
-            "--params",
-            &shell(command),
-        ])
-    };
+    let run = |command: &str| env.on_node(command);
 
     let ran = run("mkdir -p .ai/state/out && echo 1 > .ai/state/out/n.txt");
     assert_eq!(ran["read_back"], "watched", "{ran:#}");
@@ -315,10 +315,15 @@ fn a_change_the_watch_cannot_see_is_folded_back_after_the_answer() {
         "{ran:#}"
     );
 
+    // An item written: the manifest is patched where the watch saw it.
     let ran = run("echo '# b' > .ai/knowledge/notes/b.md");
-    assert_eq!(ran["read_back"], "walked", "{ran:#}");
+    assert_eq!(ran["read_back"], "watched", "{ran:#}");
     assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
-    let head = ran["head"].clone();
+    // Beside `.ai/`, where the policy decides: walked.
+    let ran = run("echo x > beside.txt");
+    assert_eq!(ran["read_back"], "walked", "{ran:#}");
+    assert_eq!(ran["merge_type"], "no-op", "{ran:#}");
+    let head = env.ok(&["remote", "history"])["head"].clone();
 
     // Written through a second name in the run's home: no event reaches
     // the folders watched, so the answer is a no-op.
@@ -336,9 +341,15 @@ fn a_change_the_watch_cannot_see_is_folded_back_after_the_answer() {
         assert!(Instant::now() < deadline, "no late fold-back: {shown:#}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(shown["late_fold_back"]["merge_type"], "fast-forward", "{shown:#}");
+    assert_eq!(
+        shown["late_fold_back"]["merge_type"], "fast-forward",
+        "{shown:#}"
+    );
     let history = env.ok(&["remote", "history"]);
-    assert_eq!(history["head"], shown["late_fold_back"]["head"], "{history:#}");
+    assert_eq!(
+        history["head"], shown["late_fold_back"]["head"],
+        "{history:#}"
+    );
     assert_ne!(history["head"], head);
     assert_ne!(history["head"], pushed["snapshot_hash"]);
 
@@ -405,11 +416,19 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
         "{ran:#}"
     );
     // The run's own records never count as its outputs, nor do they
-    // linger on the node: the workspace kept for the next run holds the
+    // linger on the node: the workspace kept for the next run (cleared
+    // once the run is read back, which may follow the answer) holds the
     // project's files and nothing of the run's state or home.
     assert!(!paths.iter().any(|p| p.starts_with(".ai/state/threads")));
     let executions = env.root.path().join("node/executions");
-    let kept = files_under(&executions);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kept = loop {
+        let kept = files_under(&executions);
+        if !kept.iter().any(|p| p.contains("/project/.ai/state/")) || Instant::now() > deadline {
+            break kept;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         kept.iter()
             .any(|p| p.ends_with("/project/.ai/knowledge/notes/a.md")),

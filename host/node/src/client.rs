@@ -1061,15 +1061,19 @@ impl Client {
         last.project_manifest = Some(built.hash.hex());
         last.limits = self.known_limits().or(last.limits);
         last.write(project, &self.remote.name)?;
-        Ok(Pushed {
+        let pushed = Pushed {
             snapshot,
             project_manifest: built.hash.hex(),
-            user_manifest: user_built.map(|u| u.built.hash.hex()),
+            user_manifest: user_built.as_ref().map(|u| u.built.hash.hex()),
             unchanged,
             asked,
             sent,
             skipped,
-        })
+        };
+        // A large space's manifest and stamps take milliseconds to free:
+        // not on the way to the answer.
+        let _ = std::thread::Builder::new().spawn(move || drop((space, user_built)));
+        Ok(pushed)
     }
 
     /// Runs `item_id` on the node in the project `project_path`.
@@ -1302,7 +1306,9 @@ impl Client {
         };
         self.fetch(&cas, &blobs).await?;
         let policy = Policy::load(policy_spaces).map_err(local)?;
-        let ours_built = build_space(&cas, project, SpaceKind::Project, &policy, true).await?.built;
+        let ours_built = build_space(&cas, project, SpaceKind::Project, &policy, true)
+            .await?
+            .built;
         let ours = Tree::of_manifest(&ours_built.manifest);
         let merged = three_way(&cas, &base, &ours, &theirs)
             .await

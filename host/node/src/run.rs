@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rye_cas::{Cas, ContentHash, Storage};
@@ -293,6 +293,11 @@ impl Workspace {
     /// What `project/` held when last synced or read.
     pub fn project_stamps(&self) -> Option<&Stamps> {
         self.project_stamps.as_ref()
+    }
+
+    /// The same, to be brought up to date.
+    pub fn project_stamps_mut(&mut self) -> Option<&mut Stamps> {
+        self.project_stamps.as_mut()
     }
 
     /// After a run whose changes were read (as `built`, with `stamps`,

@@ -33,8 +33,8 @@ use crate::db::{Db, DbError, ThreadRow};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
 use crate::parsed::Parsed;
 use crate::run::{RunError, Runner, Workspace, Workspaces};
-use crate::watch::{Seen, Watch};
 use crate::tracked::Tracked;
+use crate::watch::{Seen, Watch};
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -509,14 +509,17 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
         // already; they are stored once the rest is, and a store that
         // fails them fails the put as it fails any object.
         if let Ok(stored) = &mut answer {
-            for (hash, manifest) in manifests {
-                if let Err(e) = cas.put_object(&manifest).await {
-                    answer = Err(Refused {
-                        status: 500,
-                        body: json!({"error": format!("the store failed: {e}")}),
-                    });
-                    break;
-                }
+            for (manifest, bytes) in manifests {
+                let hash = match cas.put_canonical(&bytes).await {
+                    Ok(hash) => hash,
+                    Err(e) => {
+                        answer = Err(Refused {
+                            status: 500,
+                            body: json!({"error": format!("the store failed: {e}")}),
+                        });
+                        break;
+                    }
+                };
                 node.parsed.keep(hash, manifest);
                 if let Some(list) = stored.get_mut("stored").and_then(Value::as_array_mut) {
                     list.push(json!(hash.hex()));
@@ -549,7 +552,7 @@ async fn expand_deltas(
     node: &Node,
     principal: &str,
     mut request: Value,
-) -> Result<(Value, Vec<(ContentHash, Arc<Value>)>), Reply> {
+) -> Result<(Value, Vec<(Arc<Value>, Vec<u8>)>), Reply> {
     let mut manifests = Vec::new();
     let Some(entries) = request.get_mut("entries").and_then(Value::as_array_mut) else {
         return Ok((request, manifests));
@@ -617,7 +620,8 @@ async fn expand_deltas(
             }
         }
         // Paths were inserted out of order; the canonical form sorts them.
-        let actual = ContentHash::of(&rye_cas::canonical::to_vec(&manifest));
+        let bytes = rye_cas::canonical::to_vec(&manifest);
+        let actual = ContentHash::of(&bytes);
         let claimed = entry
             .get("hash")
             .and_then(Value::as_str)
@@ -629,7 +633,7 @@ async fn expand_deltas(
                        "errors": [{"hash": claimed, "error": format!("the manifest the delta gives hashes to {}", actual.hex())}]}),
             ));
         }
-        manifests.push((actual, Arc::new(manifest)));
+        manifests.push((Arc::new(manifest), bytes));
     }
     entries.retain(|e| e.get("delta").is_none());
     Ok((request, manifests))
@@ -696,7 +700,7 @@ async fn check_closure(
             Vec::new(),
         ));
     }
-    let named = |key: &str| -> Result<Vec<(String, String)>, Reply> {
+    let named = |key: &str| -> Result<Vec<(&str, &str)>, Reply> {
         let Some(map) = manifest.get(key) else {
             return Ok(Vec::new());
         };
@@ -716,7 +720,7 @@ async fn check_closure(
                 }
                 match h.as_str() {
                     Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                        Ok((path.clone(), h.to_owned()))
+                        Ok((path.as_str(), h))
                     }
                     _ => Err(error(
                         StatusCode::BAD_REQUEST,
@@ -740,10 +744,14 @@ async fn check_closure(
                 .unwrap_or_default()
         };
         let (known_items, known_files) = (known("items"), known("files"));
-        items.retain(|(_, h)| !known_items.contains(h.as_str()));
-        files.retain(|(_, h)| !known_files.contains(h.as_str()));
+        items.retain(|(_, h)| !known_items.contains(h));
+        files.retain(|(_, h)| !known_files.contains(h));
     }
-    let first: Vec<String> = items.iter().chain(&files).map(|(_, h)| h.clone()).collect();
+    let first: Vec<String> = items
+        .iter()
+        .chain(&files)
+        .map(|(_, h)| (*h).to_owned())
+        .collect();
     let held = node
         .db
         .holdings(principal, &first)
@@ -752,8 +760,8 @@ async fn check_closure(
     let mut missing = Vec::new();
     let mut blobs = Vec::new();
     for (path, h) in &items {
-        match held.get(h) {
-            None => missing.push(h.clone()),
+        match held.get(*h) {
+            None => missing.push((*h).to_owned()),
             Some(holding) if holding.object_kind.as_deref() != Some("item_source") => {
                 return Err(bad(
                     format!("item {path}: {h} is no item_source"),
@@ -772,8 +780,8 @@ async fn check_closure(
         }
     }
     for (path, h) in &files {
-        match held.get(h) {
-            None => missing.push(h.clone()),
+        match held.get(*h) {
+            None => missing.push((*h).to_owned()),
             Some(holding) if holding.kind != "blob" => {
                 return Err(bad(format!("file {path}: {h} is no blob"), Vec::new()));
             }
@@ -1248,23 +1256,7 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
             "{} changed items its watch did not see; folded back after its answer",
             job.thread_id
         );
-        let heads = DbHeads {
-            db: &node.db,
-            principal: &job.principal,
-            project: &job.project,
-        };
-        let late = foldback::fold_back(
-            &cas,
-            &heads,
-            &Ran {
-                base: job.base,
-                manifest: built.hash,
-                item: job.item_id.clone(),
-                thread_id: job.thread_id.clone(),
-                now: iso_now(),
-            },
-        )
-        .await;
+        let late = fold(node, &cas, job, built.hash).await;
         answered["late_fold_back"] = match &late {
             Ok(folded) => json!({
                 "merge_type": folded.merge_type.name(),
@@ -1280,7 +1272,10 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
             .hold(&job.principal, &written, now_secs() as i64)
             .await
         {
-            tracing::error!("{}: holding what its late fold-back stored: {e}", job.thread_id);
+            tracing::error!(
+                "{}: holding what its late fold-back stored: {e}",
+                job.thread_id
+            );
         }
         if let Err(e) = node
             .db
@@ -1297,10 +1292,52 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
                 .hold(&job.principal, &written, now_secs() as i64)
                 .await
         {
-            tracing::error!("{}: holding what its reading back stored: {e}", job.thread_id);
+            tracing::error!(
+                "{}: holding what its reading back stored: {e}",
+                job.thread_id
+            );
         }
     }
     settle(node, space, built, stamps, &job.thread_id);
+}
+
+/// How a run's project was read back for its answer.
+enum ReadBack {
+    /// As the watch saw it: its items as they were.
+    Unchanged,
+    /// Patched where the watch saw it touched: that manifest's hash.
+    Patched(ContentHash),
+    /// Walked in full: the manifest and the stamps of its files.
+    Walked(manifest::Built, rye_sync::stamps::Stamps),
+}
+
+/// The manifest policy of the spaces in `space`.
+fn policy_of(space: &Workspace) -> Result<Policy, Failed> {
+    Policy::load(&[&space.user().join(".ai"), &space.project().join(".ai")])
+        .map_err(|e| ("outputs", e.to_string()))
+}
+
+/// Folds the run `job`, whose project's manifest it left as `manifest`,
+/// back into its project's history.
+async fn fold(
+    node: &Node,
+    cas: &Cas<Tracked<ObjectBytes>>,
+    job: &Job,
+    manifest: ContentHash,
+) -> Result<foldback::Folded, SyncError> {
+    let heads = DbHeads {
+        db: &node.db,
+        principal: &job.principal,
+        project: &job.project,
+    };
+    let ran = Ran {
+        base: job.base,
+        manifest,
+        item: job.item_id.clone(),
+        thread_id: job.thread_id.clone(),
+        now: iso_now(),
+    };
+    foldback::fold_back(cas, &heads, &ran).await
 }
 
 /// Reads the project in `space` back: its manifest, stored, and the
@@ -1309,9 +1346,7 @@ async fn read_back(
     cas: &Cas<Tracked<ObjectBytes>>,
     space: &Workspace,
 ) -> Result<(manifest::Built, rye_sync::stamps::Stamps), Failed> {
-    let user = space.user();
-    let policy = Policy::load(&[&user.join(".ai"), &space.project().join(".ai")])
-        .map_err(|e| ("outputs", e.to_string()))?;
+    let policy = policy_of(space)?;
     manifest::build_stamped(
         cas,
         &space.project(),
@@ -1345,10 +1380,9 @@ fn settle(
 async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Failed> {
     let cas = node.cas();
     let mut laps = Laps::start();
-    let (project_hash, project_manifest, user_manifest) =
-        snapshot_manifests(node, &cas, &job.base)
-            .await
-            .map_err(|e| ("checkout", e))?;
+    let (project_hash, project_manifest, user_manifest) = snapshot_manifests(node, &cas, &job.base)
+        .await
+        .map_err(|e| ("checkout", e))?;
     let mut space = node.workspaces.take(&job.principal, &job.project).await;
     let mut synced = space
         .prepare(&cas, &project_manifest, user_manifest.as_deref())
@@ -1413,31 +1447,49 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
         .put_object(&rye_cas::object("runtime_outputs_bundle", bundle))
         .await
         .map_err(|e| ("outputs", e.to_string()))?;
-    let read = if seen.as_ref().is_some_and(Seen::leaves_items) {
-        None
-    } else {
-        Some(read_back(&cas, &space).await?)
+    // The manifest after the run: the snapshot's when the watch saw the
+    // items left alone, patched where it saw them touched, else read by a
+    // walk. The first two answer now and are walked after the answer.
+    let read = match &seen {
+        Some(seen) if seen.leaves_items() => ReadBack::Unchanged,
+        Some(Seen::Paths(touched)) => {
+            let root = space.project();
+            let policy = policy_of(&space)?;
+            let patched = match space.project_stamps_mut() {
+                Some(stamps) => manifest::build_patched(
+                    &cas,
+                    &root,
+                    &policy,
+                    &project_manifest,
+                    stamps,
+                    touched,
+                )
+                .await
+                .map_err(|e| ("outputs", e.to_string()))?,
+                None => None,
+            };
+            match patched {
+                Some(built) => ReadBack::Patched(built.hash),
+                None => {
+                    let (built, stamps) = read_back(&cas, &space).await?;
+                    ReadBack::Walked(built, stamps)
+                }
+            }
+        }
+        _ => {
+            let (built, stamps) = read_back(&cas, &space).await?;
+            ReadBack::Walked(built, stamps)
+        }
     };
-    let run_manifest = read.as_ref().map_or(project_hash, |(built, _)| built.hash);
+    let run_manifest = match &read {
+        ReadBack::Unchanged => project_hash,
+        ReadBack::Patched(hash) => *hash,
+        ReadBack::Walked(built, _) => built.hash,
+    };
     laps.lap("outputs");
-    let heads = DbHeads {
-        db: &node.db,
-        principal: &job.principal,
-        project: &job.project,
-    };
-    let folded = foldback::fold_back(
-        &cas,
-        &heads,
-        &Ran {
-            base: job.base,
-            manifest: run_manifest,
-            item: job.item_id.clone(),
-            thread_id: job.thread_id.clone(),
-            now: iso_now(),
-        },
-    )
-    .await
-    .map_err(|e| ("fold-back", e.to_string()))?;
+    let folded = fold(node, &cas, job, run_manifest)
+        .await
+        .map_err(|e| ("fold-back", e.to_string()))?;
     let written = cas.storage().take();
     let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
     let new_objects = json!(new_objects);
@@ -1447,13 +1499,13 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
         .map_err(|e| ("fold-back", e.to_string()))?;
     laps.lap("fold_back");
     let later = match read {
-        Some((built, stamps)) => {
+        ReadBack::Walked(built, stamps) => {
             settle(node, space, built, stamps, &job.thread_id);
             None
         }
-        None => Some(Later {
+        ReadBack::Unchanged | ReadBack::Patched(_) => Some(Later {
             space,
-            manifest_hash: project_hash,
+            manifest_hash: run_manifest,
         }),
     };
     let status = if result.get("status").and_then(Value::as_str) == Some("error") {

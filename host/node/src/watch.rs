@@ -157,7 +157,10 @@ pub struct Watch;
 
 #[cfg(not(target_os = "linux"))]
 impl Watch {
-    pub fn start<'a>(_root: &std::path::Path, _folders: impl IntoIterator<Item = &'a str>) -> Option<Watch> {
+    pub fn start<'a>(
+        _root: &std::path::Path,
+        _folders: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Watch> {
         None
     }
 
@@ -172,13 +175,7 @@ pub fn folders_of(manifest: &serde_json::Value) -> BTreeSet<&str> {
     let mut folders = BTreeSet::new();
     let items = manifest.get("items").and_then(serde_json::Value::as_object);
     for path in items.into_iter().flat_map(|m| m.keys()) {
-        let mut at = path.as_str();
-        while let Some((parent, _)) = at.rsplit_once('/') {
-            if !folders.insert(parent) {
-                break;
-            }
-            at = parent;
-        }
+        rye_sync::manifest::add_folders_above(path, &mut folders);
     }
     folders
 }

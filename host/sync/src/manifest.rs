@@ -10,7 +10,7 @@
 //! out names that are not UTF-8: a manifest names only plain files inside
 //! the space.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
@@ -117,25 +117,17 @@ pub async fn build_stamped<S: Storage>(
         }
         walk(&root.join(&rel), &rel, policy, &mut found)?;
     }
+    found.stat_listed()?;
     let mut items = BTreeMap::new();
     for (rel, meta) in std::mem::take(&mut found.files) {
-        let entry = match known.and_then(|k| k.known(&rel, &meta)) {
-            Some(stamp) => stamp.entry.clone(),
-            None => {
-                let path = root.join(&rel);
-                let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
-                let source = item_source(&rel, &bytes)
-                    .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
-                cas.put_blob(&bytes).await?;
-                cas.put_object(&source).await?.hex()
-            }
-        };
+        let entry = item_entry(cas, root, &rel, &meta, known).await?;
         stamps.insert(rel.clone(), Stamp::of(&meta, entry.clone()));
         items.insert(rel, Value::from(entry));
     }
     let mut files = BTreeMap::new();
     if space == SpaceKind::Project {
         walk_files(root, "", policy, &mut found)?;
+        found.stat_listed()?;
         for (rel, meta) in std::mem::take(&mut found.files) {
             let entry = match known.and_then(|k| k.known(&rel, &meta)) {
                 Some(stamp) => stamp.entry.clone(),
@@ -165,32 +157,213 @@ pub async fn build_stamped<S: Storage>(
     Ok((built, stamps))
 }
 
-/// The metadata of the plain file the walk found as `entry` (the entry
-/// itself, never what a link points at: taken relative to the folder
-/// read, before the file's bytes are); `None` (and the path named in
-/// `skipped`) when it is no longer a plain file.
-fn plain_file(
-    entry: &std::fs::DirEntry,
-    rel: &str,
-    skipped: &mut Vec<(String, &'static str)>,
-) -> Result<Option<Metadata>, SyncError> {
-    let meta = entry
-        .metadata()
-        .map_err(|e| SyncError::io(&entry.path(), e))?;
-    if meta.is_file() {
-        Ok(Some(meta))
-    } else {
-        skipped.push((rel.to_owned(), "not a plain file"));
-        Ok(None)
+/// Adds each folder above `path` (`a/b` and `a` for `a/b/c`) to
+/// `folders`, stopping at the first already there.
+pub fn add_folders_above<'a>(path: &'a str, folders: &mut BTreeSet<&'a str>) {
+    let mut at = path;
+    while let Some((parent, _)) = at.rsplit_once('/') {
+        if !folders.insert(parent) {
+            break;
+        }
+        at = parent;
     }
+}
+
+/// The manifest entry of the item file at `rel` (with metadata `meta`):
+/// what its stamp in `known` says when it vouches for the file, else its
+/// `item_source`, stored with its blob.
+async fn item_entry<S: Storage>(
+    cas: &Cas<S>,
+    root: &Path,
+    rel: &str,
+    meta: &Metadata,
+    known: Option<&Stamps>,
+) -> Result<String, SyncError> {
+    if let Some(stamp) = known.and_then(|k| k.known(rel, meta)) {
+        return Ok(stamp.entry.clone());
+    }
+    let path = root.join(rel);
+    let bytes = std::fs::read(&path).map_err(|e| SyncError::io(&path, e))?;
+    let source = item_source(rel, &bytes)
+        .ok_or_else(|| SyncError::Manifest(format!("{rel} is no item path")))?;
+    cas.put_blob(&bytes).await?;
+    Ok(cas.put_object(&source).await?.hex())
+}
+
+/// [`build_stamped`] for a project space last built as the manifest
+/// `base` (its items only), every file of which `known` stamps (brought
+/// to the new build, which they then make up), when
+/// nothing but the paths `touched` (and what lies under them) can have
+/// changed since: only those are looked at. What `base` holds elsewhere
+/// is taken as it is, so the caller must know that nothing else changed
+/// (a watch of the space's folders says so); a later full build can
+/// confirm it.
+///
+/// `None` when a touched path is one this does not patch: the space's
+/// root or `.ai/` itself, anything outside `.ai/`, the manifest policy
+/// under `.ai/config/cas/`, a link, or anything but a plain file or
+/// folder. Paths inside `.ai/` outside its item folders (a run's own
+/// state) are no manifest's and change nothing.
+pub async fn build_patched<S: Storage>(
+    cas: &Cas<S>,
+    root: &Path,
+    policy: &Policy,
+    base: &Value,
+    known: &mut Stamps,
+    touched: &BTreeSet<String>,
+) -> Result<Option<Built>, SyncError> {
+    if base
+        .get("files")
+        .and_then(Value::as_object)
+        .is_some_and(|f| !f.is_empty())
+    {
+        return Ok(None);
+    }
+    // The touched paths that can hold items, none under another.
+    let mut looked: Vec<&str> = Vec::new();
+    for path in touched {
+        let Some(rest) = path.strip_prefix(".ai/") else {
+            return Ok(None);
+        };
+        let top = rest.split('/').next().unwrap_or_default();
+        if top.is_empty() {
+            return Ok(None);
+        }
+        if !ITEM_FOLDERS.iter().any(|(folder, _)| *folder == top) || policy.skip_dirs.contains(top)
+        {
+            continue;
+        }
+        if path == ".ai/config/cas" || path.starts_with(".ai/config/cas/") {
+            return Ok(None);
+        }
+        let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
+        if !looked.iter().any(|p| under(p)) {
+            looked.push(path);
+        }
+    }
+    let covered = |rel: &str| {
+        looked.iter().any(|p| {
+            rel == *p || (rel.starts_with(p) && rel.as_bytes().get(p.len()) == Some(&b'/'))
+        })
+    };
+    let mut found = Found::default();
+    for path in &looked {
+        let at = root.join(path);
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(SyncError::io(&at, e)),
+        };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if meta.is_dir() {
+            walk(&at, path, policy, &mut found)?;
+        } else if meta.is_file() && !policy.excluded_name(name) {
+            found.files.insert((*path).to_owned(), meta);
+        } else {
+            return Ok(None);
+        }
+    }
+    found.stat_listed()?;
+    let mut items: Vec<(String, Value)> = Vec::new();
+    let held = base.get("items").and_then(Value::as_object);
+    for (rel, entry) in held.into_iter().flatten() {
+        if covered(rel) {
+            known.remove(rel);
+        } else {
+            items.push((rel.clone(), entry.clone()));
+        }
+    }
+    // What was touched is read whatever its stamp says.
+    for (rel, meta) in std::mem::take(&mut found.files) {
+        let entry = item_entry(cas, root, &rel, &meta, None).await?;
+        known.insert(rel.clone(), Stamp::of(&meta, entry.clone()));
+        items.push((rel, Value::from(entry)));
+    }
+    items.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut above = BTreeSet::new();
+    for (rel, _) in &items {
+        add_folders_above(rel, &mut above);
+    }
+    let mut folders: BTreeSet<String> = found.passed.folders.into_iter().collect();
+    folders.extend(above.into_iter().map(str::to_owned));
+    let mut fields = Map::new();
+    fields.insert("space".into(), json!(SpaceKind::Project.name()));
+    fields.insert("items".into(), Value::Object(items.into_iter().collect()));
+    fields.insert("files".into(), Value::Object(Map::new()));
+    let manifest = object("source_manifest", fields);
+    let hash = cas.put_object(&manifest).await?;
+    known.make_up(hash.hex());
+    Ok(Some(Built {
+        hash,
+        manifest,
+        skipped: found.skipped,
+        passed: Passed {
+            untaken: found.passed.untaken,
+            folders: folders.into_iter().collect(),
+        },
+    }))
 }
 
 #[derive(Default)]
 struct Found {
     /// Relative path to the file's metadata.
     files: BTreeMap<String, Metadata>,
+    /// Files listed as plain and not yet stat'ed: relative path, entry,
+    /// and whether one found to be no plain file after all is among what
+    /// the walk passed over.
+    listed: Vec<(String, std::fs::DirEntry, bool)>,
     skipped: Vec<(String, &'static str)>,
     passed: Passed,
+}
+
+/// Files listed per thread that stats them, at least.
+const STAT_SHARE: usize = 2048;
+
+impl Found {
+    /// Stats each listed file (the entry itself, never what a link
+    /// points at: relative to the folder read, before the file's bytes
+    /// are), on several threads when there are thousands: stat is most
+    /// of a walk's time, and the kernel answers them side by side. One
+    /// that is no longer a plain file is named in `skipped`.
+    fn stat_listed(&mut self) -> Result<(), SyncError> {
+        let listed = std::mem::take(&mut self.listed);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(4)
+            .min(listed.len() / STAT_SHARE)
+            .max(1);
+        let stat = |part: &[(String, std::fs::DirEntry, bool)]| {
+            part.iter()
+                .map(|(_, entry, _)| entry.metadata())
+                .collect::<Vec<_>>()
+        };
+        let metas: Vec<std::io::Result<Metadata>> = if threads == 1 {
+            stat(&listed)
+        } else {
+            std::thread::scope(|scope| {
+                let parts: Vec<_> = listed
+                    .chunks(listed.len().div_ceil(threads))
+                    .map(|part| scope.spawn(move || stat(part)))
+                    .collect();
+                parts
+                    .into_iter()
+                    .flat_map(|part| part.join().expect("a stat thread panicked"))
+                    .collect()
+            })
+        };
+        for ((rel, entry, untaken), meta) in listed.into_iter().zip(metas) {
+            let meta = meta.map_err(|e| SyncError::io(&entry.path(), e))?;
+            if meta.is_file() {
+                self.files.insert(rel, meta);
+            } else {
+                self.skipped.push((rel, "not a plain file"));
+                if untaken {
+                    self.passed.untaken.push(entry.path());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Every plain file under `dir` (at `rel` from the root) that the policy
@@ -237,10 +410,8 @@ fn walk(dir: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Result<(),
         } else if policy.excluded_name(name) {
             found.skipped.push((child, "excluded by the policy"));
             found.passed.untaken.push(entry.path());
-        } else if let Some(file) = plain_file(&entry, &child, &mut found.skipped)? {
-            found.files.insert(child, file);
         } else {
-            found.passed.untaken.push(entry.path());
+            found.listed.push((child, entry, true));
         }
     }
     Ok(())
@@ -289,8 +460,8 @@ fn walk_files(root: &Path, rel: &str, policy: &Policy, found: &mut Found) -> Res
         } else if kind.is_file() && policy.includes_file(&child) {
             if policy.excluded_name(&name) {
                 found.skipped.push((child, "excluded by the policy"));
-            } else if let Some(file) = plain_file(&entry, &child, &mut found.skipped)? {
-                found.files.insert(child, file);
+            } else {
+                found.listed.push((child, entry, false));
             }
         }
     }

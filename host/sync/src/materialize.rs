@@ -19,7 +19,7 @@ use rye_cas::{Cas, ContentHash, Storage};
 use serde_json::Value;
 
 use crate::SyncError;
-use crate::manifest::{Passed, entry_of};
+use crate::manifest::{Passed, add_folders_above, entry_of};
 use crate::stamps::{Stamp, Stamps};
 
 /// Why `path` may not be written, if it may not.
@@ -293,13 +293,7 @@ pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, 
     let mut needed = BTreeSet::new();
     let items = manifest.get("items").and_then(Value::as_object);
     for path in items.into_iter().flat_map(|m| m.keys()) {
-        let mut at = path.as_str();
-        while let Some((parent, _)) = at.rsplit_once('/') {
-            if !needed.insert(parent) {
-                break;
-            }
-            at = parent;
-        }
+        add_folders_above(path, &mut needed);
     }
     for folder in &passed.folders {
         if !needed.contains(folder.as_str()) {
@@ -369,8 +363,7 @@ fn wanted(manifest: &Value) -> Result<(Wanted<'_>, BTreeSet<&str>), SyncError> {
                 .as_str()
                 .filter(|h| h.parse::<ContentHash>().is_ok())
                 .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))?;
-            if wanted.insert(path.as_str(), (hash, item)).is_some()
-            {
+            if wanted.insert(path.as_str(), (hash, item)).is_some() {
                 return Err(SyncError::Manifest(format!(
                     "the manifest names {path:?} twice"
                 )));
@@ -379,13 +372,7 @@ fn wanted(manifest: &Value) -> Result<(Wanted<'_>, BTreeSet<&str>), SyncError> {
     }
     let mut folders = BTreeSet::new();
     for path in wanted.keys() {
-        let mut at = *path;
-        while let Some((parent, _)) = at.rsplit_once('/') {
-            if !folders.insert(parent) {
-                break;
-            }
-            at = parent;
-        }
+        add_folders_above(path, &mut folders);
     }
     if let Some(both) = wanted.keys().find(|p| folders.contains(*p)) {
         return Err(SyncError::Manifest(format!(

@@ -167,7 +167,9 @@ impl Stamps {
 
     /// Every stamped path's entry.
     pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.files.iter().map(|(p, s)| (p.as_str(), s.entry.as_str()))
+        self.files
+            .iter()
+            .map(|(p, s)| (p.as_str(), s.entry.as_str()))
     }
 
     pub fn len(&self) -> usize {
@@ -358,7 +360,12 @@ mod tests {
         let after = stamps(&[("b", "2"), ("c", "3"), ("d", "5"), ("e", "6")]);
         assert_eq!(
             after.changes_since(&before),
-            vec![("a", None), ("c", Some("3")), ("d", Some("5")), ("e", Some("6"))]
+            vec![
+                ("a", None),
+                ("c", Some("3")),
+                ("d", Some("5")),
+                ("e", Some("6"))
+            ]
         );
         assert!(after.changes_since(&after).is_empty());
         assert!(stamps(&[]).changes_since(&stamps(&[])).is_empty());

@@ -248,3 +248,105 @@ async fn a_stamped_build_reads_only_what_changed_and_names_the_same() {
     assert_eq!(changed.hash, plain.hash);
     assert_ne!(changed.manifest["items"][".ai/knowledge/n/5.md"], fake);
 }
+
+/// A build patched at the paths a run touched is the build a full walk
+/// makes of the same folder; paths it cannot patch say so.
+#[tokio::test]
+async fn a_patched_build_is_the_full_build_of_the_same_folder() {
+    let project = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let cas = Cas::new(LocalStorage::new(store.path()));
+    let p = project.path();
+    for (rel, text) in [
+        (".ai/knowledge/notes/a.md", "a"),
+        (".ai/knowledge/notes/b.md", "b"),
+        (".ai/knowledge/old/c.md", "c"),
+        (".ai/knowledge/old/deep/d.md", "d"),
+        (".ai/tools/demo/t.yaml", "t: 1\n"),
+    ] {
+        write(p, rel, text);
+    }
+    let policy = policy(p);
+    let (base, stamps) = build_stamped(&cas, p, SpaceKind::Project, &policy, None)
+        .await
+        .unwrap();
+
+    // Edited, added in a new folder (with a link and an excluded name
+    // beside it), removed, a folder removed, and the run's own state.
+    write(p, ".ai/knowledge/notes/a.md", "a, edited");
+    write(p, ".ai/knowledge/state/new/e.md", "e");
+    write(p, ".ai/knowledge/state/new/.env", "SECRET=1");
+    std::os::unix::fs::symlink("/etc/passwd", p.join(".ai/knowledge/state/new/x.md")).unwrap();
+    std::fs::remove_file(p.join(".ai/knowledge/notes/b.md")).unwrap();
+    std::fs::remove_dir_all(p.join(".ai/knowledge/old")).unwrap();
+    write(p, ".ai/state/out/n.txt", "n");
+    let touched: BTreeSet<String> = [
+        ".ai/knowledge/notes/a.md",
+        ".ai/knowledge/state",
+        ".ai/knowledge/notes/b.md",
+        ".ai/knowledge/old",
+        ".ai/knowledge/old/deep",
+        ".ai/state",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    let mut after = stamps.clone();
+    let patched = build_patched(&cas, p, &policy, &base.manifest, &mut after, &touched)
+        .await
+        .unwrap()
+        .expect("patchable");
+    let full = build(&cas, p, SpaceKind::Project, &policy).await.unwrap();
+    assert_eq!(patched.manifest, full.manifest);
+    assert_eq!(patched.hash, full.hash);
+    let mut skipped = patched.skipped.clone();
+    skipped.sort();
+    let mut want = full.skipped.clone();
+    want.sort();
+    assert_eq!(skipped, want);
+    let mut untaken = patched.passed.untaken.clone();
+    untaken.sort();
+    let mut want = full.passed.untaken.clone();
+    want.sort();
+    assert_eq!(untaken, want);
+    for folder in &full.passed.folders {
+        assert!(patched.passed.folders.contains(folder), "{folder}");
+    }
+    // The stamps make up the patched manifest and name its files only.
+    assert_eq!(after.manifest(), Some(patched.hash.hex().as_str()));
+    let names: Vec<&str> = after.entries().map(|(p, _)| p).collect();
+    let items: Vec<&str> = full.manifest["items"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, items);
+
+    // Nothing an item folder holds touched: the same manifest.
+    let state: BTreeSet<String> = [".ai/state".to_owned()].into();
+    let same = build_patched(&cas, p, &policy, &full.manifest, &mut after.clone(), &state)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.hash, full.hash);
+
+    // What this does not patch.
+    for path in ["", ".ai", "README.md", ".ai/config/cas/manifest.yaml"] {
+        let one: BTreeSet<String> = [path.to_owned()].into();
+        let mut kept = after.clone();
+        let patched = build_patched(&cas, p, &policy, &full.manifest, &mut kept, &one)
+            .await
+            .unwrap();
+        assert!(patched.is_none(), "{path:?}");
+        assert_eq!(kept, after, "stamps are left as they were");
+    }
+    std::os::unix::fs::symlink(p.join(".ai/tools"), p.join(".ai/knowledge/linked")).unwrap();
+    let one: BTreeSet<String> = [".ai/knowledge/linked".to_owned()].into();
+    assert!(
+        build_patched(&cas, p, &policy, &full.manifest, &mut after.clone(), &one)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -307,7 +307,10 @@ async fn a_folder_cleared_to_its_manifest_is_brought_to_the_next_by_the_differen
     )
     .await
     .unwrap();
-    assert!(clear_to(&root, &read.manifest, &read.passed).unwrap(), "items only");
+    assert!(
+        clear_to(&root, &read.manifest, &read.passed).unwrap(),
+        "items only"
+    );
     let holds = &read.manifest;
     assert_eq!(
         everything(&root),
