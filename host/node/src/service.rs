@@ -1228,7 +1228,9 @@ type Failed = (&'static str, String);
 /// back in full.
 struct Later {
     space: Workspace,
-    /// The hash of the project manifest the run started from.
+    /// The hash of the project manifest the answer was given on: the
+    /// snapshot's, or that one patched where the watch saw the run
+    /// touch it.
     manifest_hash: ContentHash,
 }
 
