@@ -216,6 +216,22 @@ impl Checkpoints {
         let hash = ContentHash::of(text.as_bytes());
         let line = format!("{{\"hash\":\"{}\",\"snapshot\":{text}}}\n", hash.hex());
         let path = self.dir.join("checkpoints.jsonl");
+        if self.log.is_none() && !path.exists() {
+            // The log comes into being holding a whole checkpoint: a run
+            // killed while writing its first leaves no log (nothing to
+            // resume), never one with nothing whole in it.
+            let temp = self
+                .dir
+                .join(format!(".checkpoints.jsonl.tmp.{}", std::process::id()));
+            let written = (|| {
+                std::fs::create_dir_all(&self.dir)?;
+                std::fs::write(&temp, line.as_bytes())?;
+                std::fs::rename(&temp, &path)
+            })();
+            written.map_err(|e| format!("{}: {e}", path.display()))?;
+            open_append(&mut self.log, &path)?;
+            return Ok(());
+        }
         let log = open_append(&mut self.log, &path)?;
         log.write_all(line.as_bytes())
             .map_err(|e| format!("{}: {e}", path.display()))
