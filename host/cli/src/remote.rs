@@ -17,11 +17,11 @@ pub enum NodeAction {
     /// Serve the node's HTTP API: clients push projects to it and run
     /// items on it with signed requests. The key in BOOTSTRAP_PUBLIC_KEY
     /// (ed25519:<base64 PEM>, labelled BOOTSTRAP_LABEL) is authorized on
-    /// start.
+    /// start. Replicas of one node share its database, object store and
+    /// key, each with a folder of its own.
     Serve {
-        /// The node's folder: database, objects, key, workspaces.
-        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
-        base: Option<PathBuf>,
+        #[command(flatten)]
+        stores: NodeStores,
         /// Where to listen (port 0 picks one; the address is printed).
         #[arg(long, default_value = "127.0.0.1:8321", value_name = "ADDR")]
         listen: SocketAddr,
@@ -43,8 +43,8 @@ pub enum NodeAction {
     Authorize {
         /// The public key: a PEM or trusted-key TOML file.
         key: PathBuf,
-        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
-        base: Option<PathBuf>,
+        #[command(flatten)]
+        stores: NodeStores,
         #[arg(long, default_value = "")]
         label: String,
         /// A scope granted (node.push, node.execute, node.read, or *).
@@ -54,9 +54,56 @@ pub enum NodeAction {
     },
     /// Print the node's identity: its fingerprint and public key.
     Id {
-        #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
-        base: Option<PathBuf>,
+        #[command(flatten)]
+        stores: NodeStores,
     },
+}
+
+/// Where a node keeps what it knows.
+#[derive(clap::Args)]
+pub struct NodeStores {
+    /// The node's folder: its workspaces, and its database, objects and
+    /// key unless set apart below.
+    #[arg(long, env = "RYE_NODE_BASE", value_name = "DIR")]
+    base: Option<PathBuf>,
+    /// The database: sqlite://PATH, or postgres://USER:PASSWORD@HOST/NAME
+    /// (shared by replicas). Default: a SQLite file in the base folder.
+    #[arg(
+        long,
+        env = "RYE_NODE_DATABASE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    database: Option<String>,
+    /// The object store: file:///PATH, or s3://BUCKET[/PREFIX] (any S3
+    /// API; endpoint and credentials from AWS_ENDPOINT_URL,
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and, for a
+    /// plain-HTTP endpoint, AWS_ALLOW_HTTP=true). Default: files in the
+    /// base folder.
+    #[arg(long, env = "RYE_NODE_OBJECTS", value_name = "URL")]
+    objects: Option<String>,
+    /// The folder of the node's signing key (made on first start).
+    /// Default: signing/ in the base folder.
+    #[arg(long, env = "RYE_NODE_KEY_DIR", value_name = "DIR")]
+    key_dir: Option<PathBuf>,
+}
+
+impl NodeStores {
+    /// Settings for a node on these stores, running items with `runner`.
+    fn settings(self, runner: rye_node::run::Runner) -> anyhow::Result<rye_node::Settings> {
+        let mut settings = rye_node::Settings::new(node_base(self.base)?, runner);
+        settings.database = self.database.filter(|d| !d.is_empty());
+        settings.objects = self.objects.filter(|o| !o.is_empty());
+        settings.signing_key_dir = self.key_dir;
+        Ok(settings)
+    }
+
+    fn key_dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.key_dir {
+            Some(dir) => Ok(dir.clone()),
+            None => Ok(node_base(self.base.clone())?.join("signing")),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -244,14 +291,13 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
         .context("starting the async runtime")?;
     match action {
         NodeAction::Serve {
-            base,
+            stores,
             listen,
             name,
             max_concurrent,
             timeout,
             max_request_bytes,
         } => {
-            let base = node_base(base)?;
             let mut env: Vec<(String, String)> = PASSED
                 .iter()
                 .filter_map(|n| std::env::var(n).ok().map(|v| ((*n).to_owned(), v)))
@@ -268,7 +314,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
                 env,
                 timeout: Duration::from_secs(timeout.max(1)),
             };
-            let mut settings = rye_node::Settings::new(base, runner);
+            let mut settings = stores.settings(runner)?;
             settings.name = name;
             settings.max_concurrent = max_concurrent.max(1);
             settings.max_request_bytes = max_request_bytes.max(1 << 20);
@@ -302,7 +348,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
         }
         NodeAction::Authorize {
             key,
-            base,
+            stores,
             label,
             scopes,
         } => {
@@ -323,21 +369,12 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             } else {
                 scopes
             };
-            let base = node_base(base)?;
-            runtime.block_on(async {
-                let node = rye_node::Node::open(rye_node::Settings::new(
-                    base,
-                    rye_node::run::Runner {
-                        program: PathBuf::new(),
-                        env: Vec::new(),
-                        timeout: Duration::from_secs(1),
-                    },
-                ))
-                .await?;
-                node.authorize(&public, &label, &scopes)
-                    .await
-                    .map_err(anyhow::Error::msg)
+            let settings = stores.settings(rye_node::run::Runner {
+                program: PathBuf::new(),
+                env: Vec::new(),
+                timeout: Duration::from_secs(1),
             })?;
+            runtime.block_on(rye_node::authorize_key(&settings, &public, &label, &scopes))?;
             writeln!(
                 out,
                 "authorized fp:{} ({})",
@@ -346,10 +383,8 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             )?;
             Ok(())
         }
-        NodeAction::Id { base } => {
-            let base = node_base(base)?;
-            let key =
-                rye_node::keys::identity(&base.join("signing")).map_err(anyhow::Error::msg)?;
+        NodeAction::Id { stores } => {
+            let key = rye_node::keys::identity(&stores.key_dir()?).map_err(anyhow::Error::msg)?;
             writeln!(
                 out,
                 "{}",

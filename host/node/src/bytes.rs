@@ -34,6 +34,94 @@ impl ObjectBytes {
             .map_err(io::Error::other)?;
         Ok(Self::new(Arc::new(store)))
     }
+
+    /// The store `url` names: `file:///PATH` (local files) or
+    /// `s3://BUCKET[/PREFIX]`, any S3 API, set up by the `AWS_*`
+    /// variables of the environment (`AWS_ENDPOINT_URL`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ALLOW_HTTP`, ...) and then by `options`, the same settings by
+    /// their lower-case names (`aws_endpoint`, ...). Requests address the
+    /// bucket by path unless `aws_virtual_hosted_style_request` says
+    /// otherwise, as servers other than AWS's expect.
+    pub fn connect(url: &str, options: &[(String, String)]) -> io::Result<Self> {
+        let invalid = |message: String| io::Error::new(io::ErrorKind::InvalidInput, message);
+        if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(invalid(format!(
+                    "the object store {url:?}: a file:// store names an absolute path"
+                )));
+            }
+            return Self::local(std::path::Path::new(path));
+        }
+        let Some(rest) = url.strip_prefix("s3://") else {
+            return Err(invalid(format!(
+                "the object store {url:?} is neither file:///PATH nor s3://BUCKET[/PREFIX]"
+            )));
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid(format!("the object store {url:?} names no bucket")));
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            builder = builder.with_region("us-east-1");
+        }
+        for (key, value) in options {
+            let key = key
+                .parse::<object_store::aws::AmazonS3ConfigKey>()
+                .map_err(|e| invalid(format!("the object store's setting {key:?}: {e}")))?;
+            builder = builder.with_config(key, value);
+        }
+        let store = builder
+            .build()
+            .map_err(|e| invalid(format!("the object store {url:?}: {e}")))?;
+        let prefix = prefix.trim_matches('/');
+        Ok(if prefix.is_empty() {
+            Self::new(Arc::new(store))
+        } else {
+            let prefix = Path::parse(prefix)
+                .map_err(|e| invalid(format!("the object store {url:?}: {e}")))?;
+            Self::new(Arc::new(object_store::prefix::PrefixStore::new(
+                store, prefix,
+            )))
+        })
+    }
+
+    /// Writes, reads back and deletes one key: whether the store answers
+    /// as a node needs, for a node starting and for `rye node doctor`.
+    pub async fn check(&self) -> io::Result<()> {
+        let key = format!("check/{}", hex::encode(rand_bytes()));
+        let at = location(&key)?;
+        self.store
+            .put(&at, PutPayload::from(b"rye".to_vec()))
+            .await
+            .map_err(io::Error::other)?;
+        let read = self
+            .store
+            .get(&at)
+            .await
+            .map_err(io::Error::other)?
+            .bytes()
+            .await
+            .map_err(io::Error::other)?;
+        self.store.delete(&at).await.map_err(io::Error::other)?;
+        if read.as_ref() != b"rye" {
+            return Err(io::Error::other(format!(
+                "the object store gave back {} bytes for the 3 written",
+                read.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn rand_bytes() -> [u8; 8] {
+    let mut bytes = [0; 8];
+    getrandom::fill(&mut bytes).expect("the system's random source");
+    bytes
 }
 
 fn location(key: &str) -> io::Result<Path> {

@@ -5,14 +5,19 @@
 //! principal's user space (by revision), the keys the node authorizes and
 //! the runs it made.
 //!
-//! SQLite here, through `sqlx`, in SQL that PostgreSQL also speaks; the
-//! schema is in `migrations/`, applied when the database is opened.
+//! SQLite (one node on one machine, the default) or PostgreSQL (replicas
+//! sharing one database), through `sqlx`, in SQL both speak but for the
+//! one place a list of hashes is bound. One schema for both, in
+//! `migrations/`, applied when the database is opened; on PostgreSQL the
+//! migrator holds an advisory lock, so replicas starting together apply
+//! each migration once.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
-use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{ColumnIndex, Decode, Row, Type};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -20,6 +25,10 @@ pub enum DbError {
     Sql(#[from] sqlx::Error),
     #[error("the node's database could not be brought up to date: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "the node's database {0:?} is neither a SQLite file (sqlite://PATH) nor a PostgreSQL server (postgres://…)"
+    )]
+    Url(String),
 }
 
 /// A compare-and-swap that found something else than it expected.
@@ -72,12 +81,39 @@ pub struct UserSpace {
 
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: SqlitePool,
+    pool: Pool,
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// `$body` with `$pool` bound to whichever pool the database has: the
+/// statements are the same text for both, typed for each.
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match &$db.pool {
+            Pool::Sqlite($pool) => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// A URL that names a database without its password, for messages.
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }
 
 impl Db {
-    /// Opens (creating if need be) the database at `path` and brings its
-    /// schema up to date.
+    /// Opens (creating if need be) the SQLite database at `path` and
+    /// brings its schema up to date.
     pub async fn open(path: &std::path::Path) -> Result<Db, DbError> {
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
@@ -89,47 +125,85 @@ impl Db {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool })
+        Ok(Db {
+            pool: Pool::Sqlite(pool),
+        })
+    }
+
+    /// Connects to the database `url` names, `sqlite://PATH` or
+    /// `postgres://USER:PASSWORD@HOST:PORT/NAME` (the usual libpq
+    /// parameters, `sslmode` among them), and brings its schema up to
+    /// date.
+    pub async fn connect(url: &str) -> Result<Db, DbError> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            return Db::open(std::path::Path::new(path)).await;
+        }
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(DbError::Url(shown(url)));
+        }
+        let options = PgConnectOptions::from_str(url)?.application_name("rye-node");
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Db {
+            pool: Pool::Postgres(pool),
+        })
+    }
+
+    /// Which database this is: `sqlite` or `postgres`.
+    pub fn kind(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
     }
 
     /// Records `key` as seen at `now` (Unix seconds); `false` when it was
     /// seen within `window` seconds before: a replay. Keys older than the
     /// window are let go.
     pub async fn fresh_nonce(&self, key: &str, now: i64, window: i64) -> Result<bool, DbError> {
-        sqlx::query("DELETE FROM nonces WHERE seen_at < ?1")
-            .bind(now - window)
-            .execute(&self.pool)
-            .await?;
-        let inserted = sqlx::query(
-            "INSERT INTO nonces (nonce_key, seen_at) VALUES (?1, ?2) ON CONFLICT (nonce_key) DO NOTHING",
-        )
-        .bind(key)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(inserted.rows_affected() == 1)
+        let inserted = on_pool!(self, pool => {
+            sqlx::query("DELETE FROM nonces WHERE seen_at < $1")
+                .bind(now - window)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO nonces (nonce_key, seen_at) VALUES ($1, $2) ON CONFLICT (nonce_key) DO NOTHING",
+            )
+            .bind(key)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(inserted == 1)
     }
 
     /// Notes that `principal` holds `objects` (already in the object
     /// store).
     pub async fn hold(&self, principal: &str, objects: &[Held], now: i64) -> Result<(), DbError> {
-        let mut tx = self.pool.begin().await?;
-        for held in objects {
-            sqlx::query(
-                "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (principal, hash) DO NOTHING",
-            )
-            .bind(principal)
-            .bind(&held.hash)
-            .bind(held.kind)
-            .bind(held.size as i64)
-            .bind(now)
-            .bind(held.object_kind.as_deref())
-            .bind(held.content_blob.as_deref())
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for held in objects {
+                sqlx::query(
+                    "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (principal, hash) DO NOTHING",
+                )
+                .bind(principal)
+                .bind(&held.hash)
+                .bind(held.kind)
+                .bind(held.size as i64)
+                .bind(now)
+                .bind(held.object_kind.as_deref())
+                .bind(held.content_blob.as_deref())
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 
@@ -139,17 +213,11 @@ impl Db {
         principal: &str,
         hashes: &[String],
     ) -> Result<HashSet<String>, DbError> {
-        let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
-        let rows = sqlx::query(
-            "SELECT hash FROM objects WHERE principal = ?1 AND hash IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(principal)
-        .bind(list)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| row.try_get::<String, _>("hash").map_err(DbError::from))
-            .collect()
+        Ok(self
+            .holdings(principal, hashes)
+            .await?
+            .into_keys()
+            .collect())
     }
 
     /// What is known of those of `hashes` that `principal` holds: one
@@ -159,48 +227,57 @@ impl Db {
         principal: &str,
         hashes: &[String],
     ) -> Result<HashMap<String, Holding>, DbError> {
-        let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
-        let rows = sqlx::query(
-            "SELECT hash, kind, object_kind, content_blob FROM objects \
-             WHERE principal = ?1 AND hash IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(principal)
-        .bind(list)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("hash")?,
-                    Holding {
-                        kind: row.try_get("kind")?,
-                        object_kind: row.try_get("object_kind")?,
-                        content_blob: row.try_get("content_blob")?,
-                    },
-                ))
-            })
-            .collect()
+        match &self.pool {
+            Pool::Sqlite(pool) => {
+                let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
+                let rows = sqlx::query(
+                    "SELECT hash, kind, object_kind, content_blob FROM objects \
+                     WHERE principal = $1 AND hash IN (SELECT value FROM json_each($2))",
+                )
+                .bind(principal)
+                .bind(list)
+                .fetch_all(pool)
+                .await?;
+                rows.iter().map(holding).collect()
+            }
+            Pool::Postgres(pool) => {
+                let rows = sqlx::query(
+                    "SELECT hash, kind, object_kind, content_blob FROM objects \
+                     WHERE principal = $1 AND hash = ANY($2)",
+                )
+                .bind(principal)
+                .bind(hashes)
+                .fetch_all(pool)
+                .await?;
+                rows.iter().map(holding).collect()
+            }
+        }
     }
 
     /// The bytes `principal` holds, counted.
     pub async fn stored_bytes(&self, principal: &str) -> Result<u64, DbError> {
-        let total: Option<i64> =
-            sqlx::query_scalar("SELECT SUM(size) FROM objects WHERE principal = ?1")
-                .bind(principal)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(total.unwrap_or(0).max(0) as u64)
+        let total: i64 = on_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM objects WHERE principal = $1",
+            )
+            .bind(principal)
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(total.max(0) as u64)
     }
 
     /// The head of `principal`'s project at `project`.
     pub async fn head(&self, principal: &str, project: &str) -> Result<Option<String>, DbError> {
-        Ok(sqlx::query_scalar(
-            "SELECT head FROM project_heads WHERE principal = ?1 AND project_path = ?2",
-        )
-        .bind(principal)
-        .bind(project)
-        .fetch_optional(&self.pool)
-        .await?)
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT head FROM project_heads WHERE principal = $1 AND project_path = $2",
+            )
+            .bind(principal)
+            .bind(project)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     /// Moves the head from `expected` (none: the project has none yet) to
@@ -213,32 +290,32 @@ impl Db {
         new: &str,
         now: i64,
     ) -> Result<Result<(), Moved<String>>, DbError> {
-        let done = match expected {
+        let done = on_pool!(self, pool => match expected {
             None => sqlx::query(
                 "INSERT INTO project_heads (principal, project_path, head, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (principal, project_path) DO NOTHING",
+                 VALUES ($1, $2, $3, $4, $4) ON CONFLICT (principal, project_path) DO NOTHING",
             )
             .bind(principal)
             .bind(project)
             .bind(new)
             .bind(now)
-            .execute(&self.pool)
-            .await?,
-            Some(expected) => {
-                sqlx::query(
-                    "UPDATE project_heads SET head = ?3, updated_at = ?5 \
-                 WHERE principal = ?1 AND project_path = ?2 AND head = ?4",
-                )
-                .bind(principal)
-                .bind(project)
-                .bind(new)
-                .bind(expected)
-                .bind(now)
-                .execute(&self.pool)
-                .await?
-            }
-        };
-        if done.rows_affected() == 1 {
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            Some(expected) => sqlx::query(
+                "UPDATE project_heads SET head = $3, updated_at = $5 \
+                 WHERE principal = $1 AND project_path = $2 AND head = $4",
+            )
+            .bind(principal)
+            .bind(project)
+            .bind(new)
+            .bind(expected)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        });
+        if done == 1 {
             return Ok(Ok(()));
         }
         Ok(Err(Moved {
@@ -247,20 +324,22 @@ impl Db {
     }
 
     pub async fn user_space(&self, principal: &str) -> Result<Option<UserSpace>, DbError> {
-        let row = sqlx::query(
-            "SELECT manifest, revision, pushed_at FROM user_spaces WHERE principal = ?1",
-        )
-        .bind(principal)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            Ok(UserSpace {
-                manifest: row.try_get("manifest")?,
-                revision: row.try_get("revision")?,
-                pushed_at: row.try_get("pushed_at")?,
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT manifest, revision, pushed_at FROM user_spaces WHERE principal = $1",
+            )
+            .bind(principal)
+            .fetch_optional(pool)
+            .await?;
+            row.map(|row| {
+                Ok(UserSpace {
+                    manifest: row.try_get("manifest")?,
+                    revision: row.try_get("revision")?,
+                    pushed_at: row.try_get("pushed_at")?,
+                })
             })
+            .transpose()
         })
-        .transpose()
     }
 
     /// Sets `principal`'s user space to `manifest` if its revision is
@@ -273,34 +352,36 @@ impl Db {
         manifest: &str,
         now: i64,
     ) -> Result<Result<i64, Moved<i64>>, DbError> {
-        let (done, revision) = match expected {
+        let (done, revision) = on_pool!(self, pool => match expected {
             None => (
                 sqlx::query(
-                    "INSERT INTO user_spaces (principal, manifest, revision, pushed_at) VALUES (?1, ?2, 1, ?3) \
+                    "INSERT INTO user_spaces (principal, manifest, revision, pushed_at) VALUES ($1, $2, 1, $3) \
                      ON CONFLICT (principal) DO NOTHING",
                 )
                 .bind(principal)
                 .bind(manifest)
                 .bind(now)
-                .execute(&self.pool)
-                .await?,
+                .execute(pool)
+                .await?
+                .rows_affected(),
                 1,
             ),
             Some(expected) => (
                 sqlx::query(
-                    "UPDATE user_spaces SET manifest = ?2, revision = revision + 1, pushed_at = ?3 \
-                     WHERE principal = ?1 AND revision = ?4",
+                    "UPDATE user_spaces SET manifest = $2, revision = revision + 1, pushed_at = $3 \
+                     WHERE principal = $1 AND revision = $4",
                 )
                 .bind(principal)
                 .bind(manifest)
                 .bind(now)
                 .bind(expected)
-                .execute(&self.pool)
-                .await?,
+                .execute(pool)
+                .await?
+                .rows_affected(),
                 expected + 1,
             ),
-        };
-        if done.rows_affected() == 1 {
+        });
+        if done == 1 {
             return Ok(Ok(revision));
         }
         Ok(Err(Moved {
@@ -310,24 +391,26 @@ impl Db {
 
     /// The signed document authorizing the key `fingerprint`, if any.
     pub async fn authorized_key(&self, fingerprint: &str) -> Result<Option<String>, DbError> {
-        Ok(
-            sqlx::query_scalar("SELECT document FROM authorized_keys WHERE fingerprint = ?1")
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar("SELECT document FROM authorized_keys WHERE fingerprint = $1")
                 .bind(fingerprint)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+                .fetch_optional(pool)
+                .await?
+        }))
     }
 
     /// Every authorized key's fingerprint and document.
     pub async fn authorized_keys(&self) -> Result<Vec<(String, String)>, DbError> {
-        let rows = sqlx::query(
-            "SELECT fingerprint, document FROM authorized_keys ORDER BY created_at, fingerprint",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get("fingerprint")?, row.try_get("document")?)))
-            .collect()
+        on_pool!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT fingerprint, document FROM authorized_keys ORDER BY created_at, fingerprint",
+            )
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|row| Ok((row.try_get("fingerprint")?, row.try_get("document")?)))
+                .collect()
+        })
     }
 
     /// Authorizes `fingerprint` by `document` (replacing an earlier one).
@@ -337,34 +420,48 @@ impl Db {
         document: &str,
         now: i64,
     ) -> Result<(), DbError> {
-        sqlx::query(
-            "INSERT INTO authorized_keys (fingerprint, document, created_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (fingerprint) DO UPDATE SET document = excluded.document",
-        )
-        .bind(fingerprint)
-        .bind(document)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO authorized_keys (fingerprint, document, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (fingerprint) DO UPDATE SET document = excluded.document",
+            )
+            .bind(fingerprint)
+            .bind(document)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
         Ok(())
     }
 
-    /// Records a run that starts now.
-    pub async fn start_thread(&self, principal: &str, row: &ThreadRow) -> Result<(), DbError> {
-        sqlx::query(
-            "INSERT INTO threads (thread_id, principal, project_path, item_id, status, created_at, finished_at, record) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .bind(&row.thread_id)
-        .bind(principal)
-        .bind(&row.project_path)
-        .bind(&row.item_id)
-        .bind(&row.status)
-        .bind(row.created_at)
-        .bind(row.finished_at)
-        .bind(row.record.to_string())
-        .execute(&self.pool)
-        .await?;
+    /// Records a run that starts now, held by `replica` until `lease_until`.
+    pub async fn start_thread(
+        &self,
+        principal: &str,
+        row: &ThreadRow,
+        replica: &str,
+        lease_until: i64,
+    ) -> Result<(), DbError> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO threads (thread_id, principal, project_path, item_id, status, created_at, \
+                 finished_at, record, replica, lease_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(&row.thread_id)
+            .bind(principal)
+            .bind(&row.project_path)
+            .bind(&row.item_id)
+            .bind(&row.status)
+            .bind(row.created_at)
+            .bind(row.finished_at)
+            .bind(row.record.to_string())
+            .bind(replica)
+            .bind(lease_until)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
         Ok(())
     }
 
@@ -376,28 +473,52 @@ impl Db {
         record: &serde_json::Value,
         now: i64,
     ) -> Result<(), DbError> {
-        sqlx::query(
-            "UPDATE threads SET status = ?2, record = ?3, finished_at = ?4 WHERE thread_id = ?1",
-        )
-        .bind(thread_id)
-        .bind(status)
-        .bind(record.to_string())
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        on_pool!(self, pool => {
+            sqlx::query(
+                "UPDATE threads SET status = $2, record = $3, finished_at = $4, lease_until = NULL \
+                 WHERE thread_id = $1",
+            )
+            .bind(thread_id)
+            .bind(status)
+            .bind(record.to_string())
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
         Ok(())
     }
 
-    /// Marks every run still recorded as running as `interrupted`: for a
-    /// node starting, whose earlier process died with them.
-    pub async fn interrupt_running(&self, now: i64) -> Result<u64, DbError> {
-        Ok(sqlx::query(
-            "UPDATE threads SET status = 'interrupted', finished_at = ?1 WHERE status = 'running'",
-        )
-        .bind(now)
-        .execute(&self.pool)
-        .await?
-        .rows_affected())
+    /// Extends to `until` the lease of every run `replica` holds.
+    pub async fn renew_leases(&self, replica: &str, until: i64) -> Result<u64, DbError> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query(
+                "UPDATE threads SET lease_until = $2 WHERE replica = $1 AND status = 'running'",
+            )
+            .bind(replica)
+            .bind(until)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        }))
+    }
+
+    /// Marks `interrupted` every run still recorded as running whose
+    /// lease ran out by `now` or that has none, and, when `replica` is
+    /// given, every run that replica holds (a replica starting again
+    /// under the same name: its runs died with its earlier process).
+    pub async fn interrupt_running(&self, now: i64, replica: Option<&str>) -> Result<u64, DbError> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query(
+                "UPDATE threads SET status = 'interrupted', finished_at = $1, lease_until = NULL \
+                 WHERE status = 'running' AND (lease_until IS NULL OR lease_until < $1 OR replica = $2)",
+            )
+            .bind(now)
+            .bind(replica)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        }))
     }
 
     /// `principal`'s runs, newest first, of one project or all.
@@ -407,17 +528,19 @@ impl Db {
         project: Option<&str>,
         limit: i64,
     ) -> Result<Vec<ThreadRow>, DbError> {
-        let rows = sqlx::query(
-            "SELECT thread_id, project_path, item_id, status, created_at, finished_at, record \
-             FROM threads WHERE principal = ?1 AND (?2 IS NULL OR project_path = ?2) \
-             ORDER BY created_at DESC, thread_id DESC LIMIT ?3",
-        )
-        .bind(principal)
-        .bind(project)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(thread_row).collect()
+        on_pool!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT thread_id, project_path, item_id, status, created_at, finished_at, record \
+                 FROM threads WHERE principal = $1 AND ($2 IS NULL OR project_path = $2) \
+                 ORDER BY created_at DESC, thread_id DESC LIMIT $3",
+            )
+            .bind(principal)
+            .bind(project)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(thread_row).collect()
+        })
     }
 
     /// One of `principal`'s runs.
@@ -426,19 +549,43 @@ impl Db {
         principal: &str,
         thread_id: &str,
     ) -> Result<Option<ThreadRow>, DbError> {
-        let row = sqlx::query(
-            "SELECT thread_id, project_path, item_id, status, created_at, finished_at, record \
-             FROM threads WHERE principal = ?1 AND thread_id = ?2",
-        )
-        .bind(principal)
-        .bind(thread_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(thread_row).transpose()
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT thread_id, project_path, item_id, status, created_at, finished_at, record \
+                 FROM threads WHERE principal = $1 AND thread_id = $2",
+            )
+            .bind(principal)
+            .bind(thread_id)
+            .fetch_optional(pool)
+            .await?;
+            row.as_ref().map(thread_row).transpose()
+        })
     }
 }
 
-fn thread_row(row: &sqlx::sqlite::SqliteRow) -> Result<ThreadRow, DbError> {
+/// One row of `holdings`, of either database.
+fn holding<R: Row>(row: &R) -> Result<(String, Holding), DbError>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'c> &'c str: ColumnIndex<R>,
+{
+    Ok((
+        row.try_get("hash")?,
+        Holding {
+            kind: row.try_get("kind")?,
+            object_kind: row.try_get("object_kind")?,
+            content_blob: row.try_get("content_blob")?,
+        },
+    ))
+}
+
+/// One row of `threads`, of either database.
+fn thread_row<R: Row>(row: &R) -> Result<ThreadRow, DbError>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'c> &'c str: ColumnIndex<R>,
+{
     let record: String = row.try_get("record")?;
     Ok(ThreadRow {
         thread_id: row.try_get("thread_id")?,

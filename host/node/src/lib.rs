@@ -13,4 +13,4 @@ pub mod service;
 pub mod tracked;
 pub mod watch;
 
-pub use service::{Node, Settings, router, serve};
+pub use service::{Node, Settings, StartError, authorize_key, router, serve};

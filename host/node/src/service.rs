@@ -39,8 +39,21 @@ use crate::watch::{Seen, Watch};
 /// How a node is set up.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where the node keeps its database, objects, key and workspaces.
+    /// Where the node keeps its workspaces, and its database, objects and
+    /// key unless they are set elsewhere.
     pub base: PathBuf,
+    /// The database (`sqlite://PATH` or `postgres://…`); none: a SQLite
+    /// file in `base`. Replicas of one node share a PostgreSQL database.
+    pub database: Option<String>,
+    /// The object store (`file:///PATH` or `s3://BUCKET[/PREFIX]`); none:
+    /// files in `base`. Replicas share a bucket.
+    pub objects: Option<String>,
+    /// Settings of the object store besides the environment's `AWS_*`
+    /// variables, by their lower-case names (`aws_endpoint`, ...).
+    pub object_options: Vec<(String, String)>,
+    /// The folder of the node's signing key; none: `base/signing`.
+    /// Replicas of one node share the key, so that a client pins one.
+    pub signing_key_dir: Option<PathBuf>,
     /// The name it answers with (`remote_name`).
     pub name: String,
     /// Runs at once; one more is answered 503.
@@ -51,6 +64,10 @@ pub struct Settings {
     pub max_user_storage_bytes: u64,
     /// The version of Rye the node runs items with.
     pub system_version: String,
+    /// How long a run stays held by its replica without a renewal; a
+    /// replica renews its runs four times as often, and a run whose
+    /// replica died is marked interrupted this long after.
+    pub lease: std::time::Duration,
     /// A key to authorize with every scope on start (`ed25519:…`), and its
     /// label.
     pub bootstrap: Option<(String, String)>,
@@ -62,11 +79,16 @@ impl Settings {
     pub fn new(base: PathBuf, runner: Runner) -> Self {
         Settings {
             base,
+            database: None,
+            objects: None,
+            object_options: Vec::new(),
+            signing_key_dir: None,
             name: "node".into(),
             max_concurrent: 8,
             max_request_bytes: 50 << 20,
             max_user_storage_bytes: 10 << 30,
             system_version: env!("CARGO_PKG_VERSION").into(),
+            lease: std::time::Duration::from_secs(60),
             bootstrap: None,
             runner,
         }
@@ -84,6 +106,37 @@ pub struct Node {
     identity: Value,
     workspaces: Workspaces,
     parsed: Parsed,
+    /// This replica's name, on the runs it holds.
+    replica: String,
+}
+
+/// Renews the leases of the runs this replica holds, four times a lease,
+/// and marks interrupted the runs whose replica let theirs run out; ends
+/// with the node.
+async fn keep_leases(node: std::sync::Weak<Node>) {
+    loop {
+        let Some(every) = node.upgrade().map(|n| n.settings.lease / 4) else {
+            return;
+        };
+        tokio::time::sleep(every.max(std::time::Duration::from_millis(250))).await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        if let Err(e) = node
+            .db
+            .renew_leases(&node.replica, node.lease_until())
+            .await
+        {
+            tracing::error!("renewing this replica's leases: {e}");
+        }
+        match node.db.interrupt_running(now_secs() as i64, None).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!("{n} runs whose replica let their lease run out were cut short")
+            }
+            Err(e) => tracing::error!("looking for runs no replica holds: {e}"),
+        }
+    }
 }
 
 /// Why a node could not start.
@@ -127,20 +180,114 @@ fn iso_now() -> String {
     format!("{}+00:00", stamp.trim_end_matches('Z'))
 }
 
-impl Node {
-    /// Opens (creating) the node's stores under `settings.base` and
-    /// authorizes the bootstrap key, if any.
-    pub async fn open(settings: Settings) -> Result<Arc<Node>, StartError> {
+/// The stores and key a node's settings name, opened: what a node
+/// serves from, and what its administration commands write to.
+struct Opened {
+    db: Db,
+    bytes: ObjectBytes,
+    key: Keypair,
+    key_dir: PathBuf,
+}
+
+impl Opened {
+    async fn open(settings: &Settings) -> Result<Opened, StartError> {
         let base = &settings.base;
         std::fs::create_dir_all(base)
             .map_err(|e| StartError::Setup(format!("{}: {e}", base.display())))?;
-        let db = Db::open(&base.join("node.db")).await?;
-        let bytes = ObjectBytes::local(&base.join("objects"))
-            .map_err(|e| StartError::Setup(format!("the object store: {e}")))?;
-        let key = keys::identity(&base.join("signing")).map_err(StartError::Setup)?;
-        let interrupted = db.interrupt_running(now_secs() as i64).await?;
+        let db = match &settings.database {
+            Some(url) => Db::connect(url).await?,
+            None => Db::open(&base.join("node.db")).await?,
+        };
+        let bytes = match &settings.objects {
+            Some(url) => {
+                let bytes = ObjectBytes::connect(url, &settings.object_options)
+                    .map_err(|e| StartError::Setup(e.to_string()))?;
+                bytes.check().await.map_err(|e| {
+                    StartError::Setup(format!("the object store {url} does not answer: {e}"))
+                })?;
+                bytes
+            }
+            None => ObjectBytes::local(&base.join("objects"))
+                .map_err(|e| StartError::Setup(format!("the object store: {e}")))?,
+        };
+        let key_dir = settings
+            .signing_key_dir
+            .clone()
+            .unwrap_or_else(|| base.join("signing"));
+        let key = keys::identity(&key_dir).map_err(StartError::Setup)?;
+        Ok(Opened {
+            db,
+            bytes,
+            key,
+            key_dir,
+        })
+    }
+}
+
+/// Authorizes `key` with `scopes` on the node `settings` describe, by a
+/// document signed with the node's key, without serving: safe beside the
+/// node's replicas running.
+pub async fn authorize_key(
+    settings: &Settings,
+    key: &rye_integrity::PublicKey,
+    label: &str,
+    scopes: &[String],
+) -> Result<(), StartError> {
+    let opened = Opened::open(settings).await?;
+    let document = keys::authorization(
+        &opened.key,
+        key,
+        label,
+        scopes,
+        None,
+        "admin",
+        SystemTime::now(),
+    )
+    .map_err(StartError::Setup)?;
+    opened
+        .db
+        .authorize(key.fingerprint(), &document, now_secs() as i64)
+        .await?;
+    Ok(())
+}
+
+/// This replica's name, kept in its folder so that a replica started again
+/// knows the runs its earlier process held.
+fn replica_name(base: &std::path::Path) -> Result<String, StartError> {
+    let file = base.join("replica");
+    let setup = |e: std::io::Error| StartError::Setup(format!("{}: {e}", file.display()));
+    match std::fs::read_to_string(&file) {
+        Ok(name) if !name.trim().is_empty() => return Ok(name.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(setup(e)),
+    }
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| setup(std::io::Error::other(e.to_string())))?;
+    let name = hex::encode(bytes);
+    std::fs::write(&file, format!("{name}\n")).map_err(setup)?;
+    Ok(name)
+}
+
+impl Node {
+    /// Opens (creating) the node's stores, authorizes the bootstrap key,
+    /// if any, marks the runs no replica holds any longer interrupted,
+    /// and keeps the leases of this replica's runs for as long as the
+    /// node lives.
+    pub async fn open(settings: Settings) -> Result<Arc<Node>, StartError> {
+        let Opened {
+            db,
+            bytes,
+            key,
+            key_dir,
+        } = Opened::open(&settings).await?;
+        let base = &settings.base;
+        let replica = replica_name(base)?;
+        let interrupted = db
+            .interrupt_running(now_secs() as i64, Some(&replica))
+            .await?;
         if interrupted > 0 {
-            tracing::warn!("{interrupted} runs of an earlier start were cut short");
+            tracing::warn!("{interrupted} runs no replica holds any longer were cut short");
         }
         // The workspaces an earlier start left (runs killed midway among
         // them) are swept: no run of this start uses them.
@@ -167,11 +314,11 @@ impl Node {
                     .await?;
             }
         }
-        let created = std::fs::metadata(base.join("signing"))
+        let created = std::fs::metadata(&key_dir)
             .and_then(|m| m.modified())
             .unwrap_or_else(|_| SystemTime::now());
         let identity = keys::public_key_document(&key, &rye_integrity::utc_timestamp(created));
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             active: AtomicUsize::new(0),
             db,
@@ -181,7 +328,15 @@ impl Node {
             identity,
             workspaces,
             parsed: Parsed::default(),
-        }))
+            replica,
+        });
+        tokio::spawn(keep_leases(Arc::downgrade(&node)));
+        Ok(node)
+    }
+
+    /// How long a run's lease lasts from its last renewal.
+    fn lease_until(&self) -> i64 {
+        now_secs() as i64 + self.settings.lease.as_secs().max(1) as i64
     }
 
     /// The node's key fingerprint.
@@ -1172,7 +1327,11 @@ async fn start_thread(
             record: json!({"status": "running", "thread_id": thread_id, "item_id": item_id,
                            "project_path": project, "snapshot_hash": base.hex()}),
         };
-        match node.db.start_thread(principal, &row).await {
+        match node
+            .db
+            .start_thread(principal, &row, &node.replica, node.lease_until())
+            .await
+        {
             Ok(()) => return Ok(thread_id),
             Err(e) => last = Some(e),
         }

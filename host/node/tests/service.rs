@@ -16,24 +16,79 @@ use rye_node::{Node, Settings};
 use rye_sync::auth;
 use serde_json::{Value, json};
 
+/// Where a node keeps its facts and bytes: a SQLite file and local files
+/// in its base folder, or a PostgreSQL database and an S3 bucket of the
+/// test servers.
+#[derive(Clone)]
+enum Stores {
+    Local,
+    Shared { database: String, bucket: String },
+}
+
+/// Every pair of stores a test runs on: local, and PostgreSQL + S3 where
+/// both servers are installed (under CI they must be).
+fn all_stores(test: &str) -> Vec<Stores> {
+    use rye_test_artifacts::servers::{Postgres, S3};
+    let mut all = vec![Stores::Local];
+    match (Postgres::shared(), S3::shared()) {
+        (Ok(cluster), Ok(s3)) => all.push(Stores::Shared {
+            database: cluster.database(),
+            bucket: s3.bucket(),
+        }),
+        (Err(missing), _) | (_, Err(missing)) => {
+            rye_test_artifacts::skip(&format!("{test} on PostgreSQL and S3"), &missing)
+        }
+    }
+    all
+}
+
+impl Stores {
+    fn settings(&self, base: &Path, runner: Runner) -> Settings {
+        let mut settings = Settings::new(base.to_owned(), runner);
+        if let Stores::Shared { database, bucket } = self {
+            settings.database = Some(database.clone());
+            settings.objects = Some(format!("s3://{bucket}"));
+            settings.object_options = rye_test_artifacts::servers::S3::shared()
+                .expect("started before")
+                .options();
+        }
+        settings
+    }
+
+    /// The same stores for another test: a new database and bucket.
+    fn fresh(&self) -> Stores {
+        match self {
+            Stores::Local => Stores::Local,
+            Stores::Shared { .. } => Stores::Shared {
+                database: rye_test_artifacts::servers::Postgres::shared()
+                    .expect("started before")
+                    .database(),
+                bucket: rye_test_artifacts::servers::S3::shared()
+                    .expect("started before")
+                    .bucket(),
+            },
+        }
+    }
+}
+
 struct Served {
     node: Arc<Node>,
     url: String,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-async fn serve(base: &Path) -> Served {
-    serve_holding(base, 1 << 20).await
+async fn serve(base: &Path, stores: &Stores) -> Served {
+    serve_holding(base, stores, 1 << 20).await
 }
 
 /// A node at `base` letting each key store `quota` bytes.
-async fn serve_holding(base: &Path, quota: u64) -> Served {
+async fn serve_holding(base: &Path, stores: &Stores, quota: u64) -> Served {
     let runner = Runner {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
     };
-    let mut settings = Settings::new(base.to_owned(), runner);
+    let mut settings = stores.settings(base, runner);
     settings.max_user_storage_bytes = quota;
     settings.max_request_bytes = 2 << 20;
     let node = Node::open(settings).await.unwrap();
@@ -151,8 +206,16 @@ fn keypair_copy(key: &Keypair) -> Keypair {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope() {
+    for stores in
+        all_stores("a signed request is refused when forged stale replayed or out of scope")
+    {
+        a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope_on(stores).await;
+    }
+}
+
+async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve(&dir.path().join("node")).await;
+    let served = serve(&dir.path().join("node"), &stores).await;
     let fp = served.node.fingerprint().to_owned();
     let alice = Keypair::generate().unwrap();
     served
@@ -281,7 +344,7 @@ async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope(
     // The node restarts on the same stores: the spent nonce stays spent.
     served.task.abort();
     drop(served);
-    let again = serve(&dir.path().join("node")).await;
+    let again = serve(&dir.path().join("node"), &stores).await;
     assert_eq!(again.node.fingerprint(), fp, "the node keeps its key");
     let (status, answer) = raw(
         (&again.url, &fp),
@@ -300,8 +363,15 @@ async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
+    for stores in all_stores("bad objects are not stored and a manifest with a hole moves no head")
+    {
+        bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head_on(stores).await;
+    }
+}
+
+async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve(&dir.path().join("node")).await;
+    let served = serve(&dir.path().join("node"), &stores).await;
     let fp = served.node.fingerprint().to_owned();
     let alice = Keypair::generate().unwrap();
     served
@@ -464,8 +534,19 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_head_is() {
+    for stores in
+        all_stores("of twenty clients pushing one project each lands or is told where the head is")
+    {
+        of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_head_is_on(stores)
+            .await;
+    }
+}
+
+async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_head_is_on(
+    stores: Stores,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve(&dir.path().join("node")).await;
+    let served = serve(&dir.path().join("node"), &stores).await;
     let alice = Keypair::generate().unwrap();
     served
         .node
@@ -575,6 +656,7 @@ async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_h
 /// A node at `base` serving on `addr`, authorizing `alice`.
 async fn start(
     base: std::path::PathBuf,
+    stores: &Stores,
     addr: std::net::SocketAddr,
     alice: &Keypair,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
@@ -583,7 +665,7 @@ async fn start(
         env: Vec::new(),
         timeout: Duration::from_secs(5),
     };
-    let node = Node::open(Settings::new(base, runner)).await.unwrap();
+    let node = Node::open(stores.settings(&base, runner)).await.unwrap();
     node.authorize(alice.public(), "alice", &["*".into()])
         .await
         .unwrap();
@@ -593,6 +675,12 @@ async fn start(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
+    for stores in all_stores("a node whose key changed is refused by a client that pinned it") {
+        a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it_on(stores).await;
+    }
+}
+
+async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
     let alice = Keypair::generate().unwrap();
     let pins = dir.path().join("known_nodes.json");
@@ -600,7 +688,7 @@ async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = format!("http://{addr}");
-    let first = start(dir.path().join("one"), addr, &alice).await;
+    let first = start(dir.path().join("one"), &stores, addr, &alice).await;
     let client = Client::connect(&remote(&url), keypair_copy(&alice), &pins)
         .await
         .unwrap();
@@ -611,7 +699,7 @@ async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
     first.abort();
     tokio::time::sleep(Duration::from_millis(100)).await;
     // Another node (another key) at the same address.
-    let _second = start(dir.path().join("two"), addr, &alice).await;
+    let _second = start(dir.path().join("two"), &stores.fresh(), addr, &alice).await;
     let err = client
         .call("GET", "/threads", None, None)
         .await
@@ -633,8 +721,14 @@ async fn a_node_whose_key_changed_is_refused_by_a_client_that_pinned_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_splits_its_requests_to_the_limits_the_node_advertises() {
+    for stores in all_stores("a client splits its requests to the limits the node advertises") {
+        a_client_splits_its_requests_to_the_limits_the_node_advertises_on(stores).await;
+    }
+}
+
+async fn a_client_splits_its_requests_to_the_limits_the_node_advertises_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve_holding(&dir.path().join("node"), 64 << 20).await;
+    let served = serve_holding(&dir.path().join("node"), &stores, 64 << 20).await;
     let alice = Keypair::generate().unwrap();
     served
         .node
@@ -673,8 +767,14 @@ async fn a_client_splits_its_requests_to_the_limits_the_node_advertises() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name() {
+    for stores in all_stores("a push on top of a head is checked for what the head does not name") {
+        a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(stores).await;
+    }
+}
+
+async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
-    let served = serve(&dir.path().join("node")).await;
+    let served = serve(&dir.path().join("node"), &stores).await;
     let alice = Keypair::generate().unwrap();
     served
         .node

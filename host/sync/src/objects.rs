@@ -16,6 +16,7 @@
 //! present and of the right kind, which a node requires before a head may
 //! point at it and a client sends before it asks.
 
+use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
@@ -160,38 +161,48 @@ pub async fn put<S: Storage>(cas: &Cas<S>, request: &Value) -> Result<Value, Ref
             body: json!({"stored": [], "errors": errors}),
         });
     }
-    let mut stored = Vec::with_capacity(checked.len());
-    for (hash, entry) in checked {
-        match entry {
-            Checked::Blob(bytes) => cas.put_blob(&bytes).await,
-            Checked::Object(value) => cas.put_object(&value).await,
-        }
+    let stored: Vec<String> = stream::iter(checked)
+        .map(|(hash, entry)| async move {
+            match entry {
+                Checked::Blob(bytes) => cas.put_blob(&bytes).await,
+                Checked::Object(value) => cas.put_object(&value).await,
+            }
+            .map(|_| hash.hex())
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await
         .map_err(Refused::store)?;
-        stored.push(hash.hex());
-    }
     Ok(json!({"stored": stored}))
 }
 
+/// Reads and writes one request has under way at once: a store across a
+/// network (S3) answers each in a round trip, which this many overlap.
+const IN_FLIGHT: usize = 32;
+
 pub async fn get<S: Storage>(cas: &Cas<S>, request: &Value) -> Result<Value, Refused> {
-    let mut entries = Vec::new();
-    for hash in hashes(request)? {
-        let found = match cas.get_blob(&hash).await.map_err(Refused::store)? {
-            Some(bytes) => Some(("blob", bytes)),
-            None => cas
-                .get_object(&hash)
-                .await
-                .map_err(Refused::store)?
-                .map(|value| ("object", rye_cas::canonical::to_vec(&value))),
-        };
-        if let Some((kind, bytes)) = found {
-            entries.push(json!({
-                "hash": hash.hex(),
-                "kind": kind,
-                "data": base64::engine::general_purpose::STANDARD.encode(bytes),
-            }));
-        }
-    }
-    Ok(json!({"entries": entries}))
+    let found: Vec<Option<Value>> = stream::iter(hashes(request)?)
+        .map(|hash| async move {
+            let found = match cas.get_blob(&hash).await? {
+                Some(bytes) => Some(("blob", bytes)),
+                None => cas
+                    .get_object(&hash)
+                    .await?
+                    .map(|value| ("object", rye_cas::canonical::to_vec(&value))),
+            };
+            Ok::<_, rye_cas::CasError>(found.map(|(kind, bytes)| {
+                json!({
+                    "hash": hash.hex(),
+                    "kind": kind,
+                    "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                })
+            }))
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await
+        .map_err(Refused::store)?;
+    Ok(json!({"entries": found.into_iter().flatten().collect::<Vec<_>>()}))
 }
 
 /// Everything a manifest names, itself first: objects and blobs.

@@ -1,11 +1,12 @@
 //! Support for the host's tests: paths of the components built from
 //! `tests/test-programs/` and `examples/`, one constant per package, named
-//! after it (`parser-loop` → `PARSER_LOOP`), process checks, and a small
-//! HTTP server.
+//! after it (`parser-loop` → `PARSER_LOOP`), process checks, a small
+//! HTTP server, and real PostgreSQL and S3 servers.
 
 include!(concat!(env!("OUT_DIR"), "/components.rs"));
 
 pub mod http_server;
+pub mod servers;
 
 /// Whether process `pid` is gone: no longer listed, or a zombie waiting to
 /// be reaped.

@@ -1,18 +1,49 @@
-//! The database through a real SQLite file, reopened as a restarted node
-//! would, and raced by many writers at once.
+//! The database through a real SQLite file and a real PostgreSQL
+//! server (a database of its own for each test), reopened as a restarted
+//! node would, and raced by many writers at once.
 
 use super::*;
 
+/// A database a test runs on, which it can open again.
+enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+impl Place {
+    async fn open(&self) -> Db {
+        match self {
+            Place::Sqlite(dir) => Db::open(&dir.path().join("node.db")).await.unwrap(),
+            Place::Postgres(url) => Db::connect(url).await.unwrap(),
+        }
+    }
+}
+
+/// A SQLite file, and a PostgreSQL database where PostgreSQL is
+/// installed (under CI it must be).
+fn places(test: &str) -> Vec<Place> {
+    let mut places = vec![Place::Sqlite(tempfile::tempdir().unwrap())];
+    match rye_test_artifacts::servers::Postgres::shared() {
+        Ok(cluster) => places.push(Place::Postgres(cluster.database())),
+        Err(missing) => rye_test_artifacts::skip(&format!("{test} on PostgreSQL"), &missing),
+    }
+    places
+}
+
 #[tokio::test]
 async fn a_nonce_is_refused_within_its_window_even_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("node.db");
-    let db = Db::open(&path).await.unwrap();
+    for place in places("nonces") {
+        nonces(&place).await;
+    }
+}
+
+async fn nonces(place: &Place) {
+    let db = place.open().await;
     assert!(db.fresh_nonce("fp1:n1", 1000, 360).await.unwrap());
     assert!(!db.fresh_nonce("fp1:n1", 1001, 360).await.unwrap());
     assert!(db.fresh_nonce("fp2:n1", 1001, 360).await.unwrap());
     drop(db);
-    let reopened = Db::open(&path).await.unwrap();
+    let reopened = place.open().await;
     assert!(
         !reopened.fresh_nonce("fp1:n1", 1300, 360).await.unwrap(),
         "replayed after a restart"
@@ -23,8 +54,12 @@ async fn a_nonce_is_refused_within_its_window_even_after_a_restart() {
 
 #[tokio::test]
 async fn held_objects_are_answered_in_one_query_per_principal() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&dir.path().join("node.db")).await.unwrap();
+    for place in places("holdings") {
+        holdings(place.open().await).await;
+    }
+}
+
+async fn holdings(db: Db) {
     let held = |hash: &str, size| Held {
         hash: hash.into(),
         kind: "blob",
@@ -55,8 +90,12 @@ async fn held_objects_are_answered_in_one_query_per_principal() {
 
 #[tokio::test]
 async fn a_head_moves_only_from_where_it_is() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&dir.path().join("node.db")).await.unwrap();
+    for place in places("heads") {
+        heads(place.open().await).await;
+    }
+}
+
+async fn heads(db: Db) {
     assert_eq!(db.head("alice", "/p").await.unwrap(), None);
     assert_eq!(
         db.advance_head("alice", "/p", None, "h1", 1).await.unwrap(),
@@ -94,8 +133,12 @@ async fn a_head_moves_only_from_where_it_is() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_twenty_writers_from_one_head_exactly_one_moves_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&dir.path().join("node.db")).await.unwrap();
+    for place in places("racing heads") {
+        racing_heads(place.open().await).await;
+    }
+}
+
+async fn racing_heads(db: Db) {
     db.advance_head("alice", "/p", None, "base", 1)
         .await
         .unwrap()
@@ -122,8 +165,12 @@ async fn of_twenty_writers_from_one_head_exactly_one_moves_it() {
 
 #[tokio::test]
 async fn a_user_space_moves_by_revision() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&dir.path().join("node.db")).await.unwrap();
+    for place in places("user spaces") {
+        user_spaces(place.open().await).await;
+    }
+}
+
+async fn user_spaces(db: Db) {
     assert_eq!(db.user_space("alice").await.unwrap(), None);
     assert_eq!(
         db.push_user_space("alice", None, "m1", 10).await.unwrap(),
@@ -153,4 +200,64 @@ async fn a_user_space_moves_by_revision() {
             pushed_at: 12
         })
     );
+}
+
+#[tokio::test]
+async fn a_run_is_interrupted_when_its_lease_runs_out_or_its_replica_starts_again() {
+    for place in places("leases") {
+        leases(place.open().await).await;
+    }
+}
+
+async fn leases(db: Db) {
+    let run = |id: &str| ThreadRow {
+        thread_id: id.into(),
+        project_path: "/p".into(),
+        item_id: "tool:t".into(),
+        status: "running".into(),
+        created_at: 1,
+        finished_at: None,
+        record: serde_json::json!({"status": "running"}),
+    };
+    let status = |db: Db, id: &'static str| async move {
+        db.thread("alice", id).await.unwrap().unwrap().status
+    };
+    db.start_thread("alice", &run("a1"), "replica-a", 100)
+        .await
+        .unwrap();
+    db.start_thread("alice", &run("a2"), "replica-a", 100)
+        .await
+        .unwrap();
+    db.start_thread("alice", &run("b1"), "replica-b", 100)
+        .await
+        .unwrap();
+    db.finish_thread("a2", "completed", &serde_json::json!({}), 5)
+        .await
+        .unwrap();
+
+    // Within their leases another replica's sweep leaves them be.
+    assert_eq!(db.interrupt_running(50, None).await.unwrap(), 0);
+    // Replica a renews; b does not.
+    assert_eq!(db.renew_leases("replica-a", 200).await.unwrap(), 1);
+    assert_eq!(db.interrupt_running(150, None).await.unwrap(), 1);
+    assert_eq!(status(db.clone(), "b1").await, "interrupted");
+    assert_eq!(status(db.clone(), "a1").await, "running");
+    assert_eq!(
+        status(db.clone(), "a2").await,
+        "completed",
+        "a finished run is never interrupted"
+    );
+    // A renewal does not bring an interrupted run back.
+    assert_eq!(db.renew_leases("replica-b", 300).await.unwrap(), 0);
+    // Replica a starting again: its runs died with its earlier process,
+    // lease or no lease.
+    db.start_thread("alice", &run("c1"), "replica-c", 1_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        db.interrupt_running(160, Some("replica-a")).await.unwrap(),
+        1
+    );
+    assert_eq!(status(db.clone(), "a1").await, "interrupted");
+    assert_eq!(status(db.clone(), "c1").await, "running");
 }
