@@ -37,6 +37,11 @@ pub enum NodeAction {
         /// The largest request body, in bytes.
         #[arg(long, default_value_t = 50 << 20)]
         max_request_bytes: usize,
+        /// Seconds a run stays held by this replica without a renewal
+        /// (renewed four times as often): a run whose replica died is
+        /// marked interrupted by another this long after.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        lease: u64,
     },
     /// Authorize a key to call the node (written to the node's database,
     /// signed by the node's key).
@@ -297,6 +302,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             max_concurrent,
             timeout,
             max_request_bytes,
+            lease,
         } => {
             let mut env: Vec<(String, String)> = PASSED
                 .iter()
@@ -318,6 +324,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             settings.name = name;
             settings.max_concurrent = max_concurrent.max(1);
             settings.max_request_bytes = max_request_bytes.max(1 << 20);
+            settings.lease = Duration::from_secs(lease.max(1));
             settings.bootstrap = std::env::var("BOOTSTRAP_PUBLIC_KEY")
                 .ok()
                 .filter(|k| !k.is_empty())

@@ -3,7 +3,9 @@
 //! a tool run on the node writing state, its changes folded back and
 //! pulled; a push landing while a run is under way merged with it, or
 //! reported as a conflict with the head left alone; and what a run leaves
-//! that points out of its space kept out of its outputs.
+//! that points out of its space kept out of its outputs. Replicas of one
+//! node on a real PostgreSQL server and a real S3 server; the whole suite
+//! runs on those with `RYE_TEST_NODE_STORES=postgres-s3`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -30,12 +32,84 @@ impl Drop for NodeProcess {
 struct Env {
     root: tempfile::TempDir,
     node: NodeProcess,
+    shared: Shared,
+}
+
+/// A node's database, object store and key set apart from its folder, as
+/// replicas share them; none: all in the folder.
+struct Shared {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Where the object store keeps the node's objects as files.
+    objects: Option<PathBuf>,
+}
+
+impl Shared {
+    fn none() -> Shared {
+        Shared {
+            args: Vec::new(),
+            env: Vec::new(),
+            objects: None,
+        }
+    }
+
+    /// What every node of this test process runs on: its own folder, or,
+    /// with `RYE_TEST_NODE_STORES=postgres-s3` (as `.ci/run` runs this
+    /// suite a second time), the test servers with the key in `key_dir`.
+    fn chosen(key_dir: &Path) -> Shared {
+        match std::env::var("RYE_TEST_NODE_STORES").as_deref() {
+            Ok("postgres-s3") => {
+                Shared::servers(key_dir).expect("the PostgreSQL and S3 servers asked for")
+            }
+            _ => Shared::none(),
+        }
+    }
+
+    /// A new database and bucket of the test servers, and the key in
+    /// `key_dir`; none where the servers are not installed.
+    fn servers(key_dir: &Path) -> Option<Shared> {
+        use rye_test_artifacts::servers::{Postgres, S3};
+        let (cluster, s3) = match (Postgres::shared(), S3::shared()) {
+            (Ok(cluster), Ok(s3)) => (cluster, s3),
+            (Err(missing), _) | (_, Err(missing)) => {
+                rye_test_artifacts::skip("replicas on PostgreSQL and S3", &missing);
+                return None;
+            }
+        };
+        let bucket = s3.bucket();
+        Some(Shared {
+            objects: Some(s3.bucket_dir(&bucket).join("node")),
+            args: vec![
+                "--database".into(),
+                cluster.database(),
+                "--objects".into(),
+                format!("s3://{bucket}/node"),
+                "--key-dir".into(),
+                key_dir.to_str().unwrap().into(),
+            ],
+            env: s3
+                .options()
+                .into_iter()
+                .map(|(k, v)| (k.to_uppercase(), v))
+                .collect(),
+        })
+    }
+
+    fn apply<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        command.args(&self.args).envs(self.env.iter().cloned())
+    }
 }
 
 /// Starts `rye node serve` on a free loopback port over the node folder
-/// `base`, from `node_home`.
-fn start_node(node_home: &Path, base: &Path) -> NodeProcess {
-    let mut child = rye_in(
+/// `base`, from `node_home`, on the stores `shared` names, with `extra`
+/// arguments.
+fn start_replica_with(
+    node_home: &Path,
+    base: &Path,
+    shared: &Shared,
+    extra: &[&str],
+) -> NodeProcess {
+    let mut command = rye_in(
         node_home,
         node_home,
         &[
@@ -50,11 +124,13 @@ fn start_node(node_home: &Path, base: &Path) -> NodeProcess {
             "--max-request-bytes",
             "1100000",
         ],
-    )
-    .stderr(Stdio::piped())
-    .stdout(Stdio::null())
-    .spawn()
-    .unwrap();
+    );
+    let mut child = shared
+        .apply(command.args(extra))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     // What it logs before (a restart's report of runs cut short), then
     // where it serves.
@@ -70,6 +146,10 @@ fn start_node(node_home: &Path, base: &Path) -> NodeProcess {
     // Keep draining what the node logs.
     std::thread::spawn(move || for _ in lines.by_ref() {});
     NodeProcess { child, url }
+}
+
+fn start_replica(node_home: &Path, base: &Path, shared: &Shared) -> NodeProcess {
+    start_replica_with(node_home, base, shared, &[])
 }
 
 impl Env {
@@ -89,13 +169,21 @@ impl Env {
         self.node.child.kill().unwrap();
         self.node.child.wait().unwrap();
         let root = self.root.path();
-        self.node = start_node(&root.join("node-home"), &root.join("node"));
+        self.node = start_replica(&root.join("node-home"), &root.join("node"), &self.shared);
         let url = self.node.url.clone();
         self.remote_at(&url);
     }
 
     fn project(&self) -> PathBuf {
         self.root.path().join("project")
+    }
+
+    /// Where the node's object store keeps its objects as files.
+    fn node_objects(&self) -> PathBuf {
+        match &self.shared.objects {
+            Some(dir) => dir.clone(),
+            None => self.root.path().join("node/objects"),
+        }
     }
 
     fn home(&self) -> PathBuf {
@@ -185,7 +273,14 @@ fn rye_in(project: &Path, home: &Path, args: &[&str]) -> Command {
 /// A signed project with a shell tool, a key, a node that authorizes
 /// the key, and the node configured as the project's remote.
 fn env() -> Env {
+    env_on(Shared::chosen, &[])
+}
+
+/// [`env`] with the node on the stores `shared` names (given a folder for
+/// the node's key), started with `extra` arguments.
+fn env_on(shared: impl FnOnce(&Path) -> Shared, extra: &[&str]) -> Env {
     let root = tempfile::tempdir().unwrap();
+    let shared = shared(&root.path().join("node-key"));
     let project = root.path().join("project");
     let home = root.path().join("home");
     let node_home = root.path().join("node-home");
@@ -211,28 +306,29 @@ fn env() -> Env {
     run(&["sign", "tool", "demo/shell"]);
     let base = root.path().join("node");
     let public = home.join(".ai/config/keys/signing/public_key.pem");
-    let out = rye_in(
-        &node_home,
-        &node_home,
-        &[
-            "node",
-            "authorize",
-            public.to_str().unwrap(),
-            "--base",
-            base.to_str().unwrap(),
-            "--label",
-            "tester",
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = shared
+        .apply(&mut rye_in(
+            &node_home,
+            &node_home,
+            &[
+                "node",
+                "authorize",
+                public.to_str().unwrap(),
+                "--base",
+                base.to_str().unwrap(),
+                "--label",
+                "tester",
+            ],
+        ))
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let node = start_node(&node_home, &base);
-    let env = Env { root, node };
+    let node = start_replica_with(&node_home, &base, &shared, extra);
+    let env = Env { root, node, shared };
     env.remote_at(&env.node.url.clone());
     env
 }
@@ -945,7 +1041,7 @@ fn a_push_killed_midway_leaves_no_head_and_the_next_push_sends_only_the_rest() {
             &format!("# note {i}\n{filler}"),
         );
     }
-    let objects = env.root.path().join("node/objects");
+    let objects = env.node_objects();
     let said = env.root.path().join("push.err");
     let mut push = env
         .command(&["remote", "push"])
@@ -1055,4 +1151,94 @@ fn a_push_whose_stamps_outlived_the_objects_they_vouch_for_reads_every_file_agai
     // nothing.
     let pulled = env.ok(&["remote", "pull"]);
     assert_eq!(pulled["status"], "up-to-date", "{pulled:#}");
+}
+
+/// Two replicas of one node on one PostgreSQL database, one bucket and
+/// one key, each with a folder of its own. One is killed with SIGKILL
+/// mid-run; the other marks that run interrupted once its lease runs
+/// out, and serves on: a run there folds back and comes home.
+#[test]
+fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
+    if let Err(missing) = rye_test_artifacts::servers::Postgres::shared()
+        .and_then(|_| rye_test_artifacts::servers::S3::shared())
+    {
+        rye_test_artifacts::skip("replicas on PostgreSQL and S3", &missing);
+        return;
+    }
+    let mut env = env_on(
+        |key| Shared::servers(key).expect("checked above"),
+        &["--lease", "2"],
+    );
+    let root = env.root.path().to_owned();
+    let other = start_replica_with(
+        &root.join("node-home"),
+        &root.join("other"),
+        &env.shared,
+        &["--lease", "2"],
+    );
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    let pushed = env.ok(&["remote", "push"]);
+    let gate = root.join("gate");
+    let woke = root.join("woke");
+    let started = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--params",
+        &shell(&format!(
+            "mkdir -p .ai/state && echo half > .ai/state/half.txt && while [ ! -e {g} ]; do sleep 0.05; done; echo woke > {w}",
+            g = gate.display(),
+            w = woke.display()
+        )),
+    ]);
+    let thread = started["thread_id"].as_str().unwrap().to_owned();
+    let executions = root.join("node/executions");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !files_under(&executions)
+        .iter()
+        .any(|p| p.ends_with("/project/.ai/state/half.txt"))
+    {
+        assert!(Instant::now() < deadline, "the run never began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    env.node.child.kill().unwrap();
+    env.node.child.wait().unwrap();
+    env.remote_at(&other.url);
+    let killed = Instant::now();
+    let shown = loop {
+        let shown = env.remote(&["threads", &thread]);
+        if shown["status"] != "running" {
+            break shown;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the other replica never marked the run: {shown:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(shown["status"], "interrupted", "{shown:#}");
+    let history = env.ok(&["remote", "history"]);
+    assert_eq!(history["head"], pushed["snapshot_hash"], "{history:#}");
+    std::fs::write(&gate, "").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!woke.exists(), "the run outlived its replica");
+
+    let ran = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--params",
+        &shell("mkdir -p .ai/knowledge/state && echo '# from the other' > .ai/knowledge/state/other.md"),
+    ]);
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    assert_eq!(
+        env.read(".ai/knowledge/state/other.md"),
+        "# from the other\n"
+    );
+    drop(other);
 }

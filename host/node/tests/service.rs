@@ -91,6 +91,10 @@ async fn serve_holding(base: &Path, stores: &Stores, quota: u64) -> Served {
     let mut settings = stores.settings(base, runner);
     settings.max_user_storage_bytes = quota;
     settings.max_request_bytes = 2 << 20;
+    serve_with(settings).await
+}
+
+async fn serve_with(settings: Settings) -> Served {
     let node = Node::open(settings).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -825,4 +829,147 @@ async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(s
         Some(pushed.snapshot.clone())
     );
     served.task.abort();
+}
+
+/// Two replicas of one node, each with a folder of its own, sharing one
+/// PostgreSQL database, one bucket and one key: what one is told, the
+/// other knows (heads, objects, authorized keys, nonces), and clients
+/// racing to push through both see exactly one push land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_one_database_and_bucket_answer_as_one_node() {
+    let stores = all_stores("two replicas on one database and bucket");
+    let Some(stores @ Stores::Shared { .. }) = stores.last() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let replica = |name: &str| {
+        let runner = Runner {
+            program: "/nonexistent/rye".into(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(5),
+        };
+        let mut settings = stores.settings(&dir.path().join(name), runner);
+        settings.signing_key_dir = Some(dir.path().join("key"));
+        serve_with(settings)
+    };
+    let a = replica("a").await;
+    let b = replica("b").await;
+    let node = a.node.fingerprint().to_owned();
+    assert_eq!(b.node.fingerprint(), node, "one key, one node");
+    let alice = Keypair::generate().unwrap();
+    a.node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let pins = dir.path().join("known_nodes.json");
+
+    // Pushed through one, pushed on top of through the other.
+    let first = dir.path().join("first");
+    project(&first, 3, "base");
+    let via_a = Client::connect(&remote(&a.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let base = via_a.push(&first, None, &[], "shared").await.unwrap();
+    std::fs::write(first.join(".ai/knowledge/notes/n1.md"), "# changed\n").unwrap();
+    let via_b = Client::connect(&remote(&b.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let on_top = via_b.push(&first, None, &[], "shared").await.unwrap();
+    assert!(!on_top.unchanged, "{on_top:?}");
+    let history = via_a
+        .call(
+            "GET",
+            "/history",
+            Some("project_path=shared&limit=10"),
+            None,
+        )
+        .await
+        .unwrap();
+    let hashes: Vec<&str> = history["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["_hash"].as_str().unwrap())
+        .collect();
+    assert_eq!(hashes, [on_top.snapshot.as_str(), base.snapshot.as_str()]);
+
+    // A request one replica took is a replay at the other.
+    let (at, once) = (now(), nonce());
+    let took = raw(
+        (&a.url, &node),
+        &alice,
+        "GET",
+        "/threads",
+        &json!({}),
+        at,
+        &once,
+    )
+    .await;
+    assert_eq!(took.0, 200, "{took:?}");
+    let replayed = raw(
+        (&b.url, &node),
+        &alice,
+        "GET",
+        "/threads",
+        &json!({}),
+        at,
+        &once,
+    )
+    .await;
+    assert_eq!(replayed.0, 401, "{replayed:?}");
+
+    // Twenty clients from one head, through both replicas at once.
+    let refs = first.join(".ai/objects/refs/remotes/test.json");
+    let mut racers = Vec::new();
+    for i in 0..20 {
+        let folder = dir.path().join(format!("c{i}"));
+        project(&folder, 3, "base");
+        std::fs::write(folder.join(".ai/knowledge/notes/n1.md"), "# changed\n").unwrap();
+        std::fs::create_dir_all(folder.join(".ai/objects/refs/remotes")).unwrap();
+        std::fs::copy(&refs, folder.join(".ai/objects/refs/remotes/test.json")).unwrap();
+        std::fs::write(
+            folder.join(".ai/knowledge/notes/n0.md"),
+            format!("# by {i}\n"),
+        )
+        .unwrap();
+        let url = if i % 2 == 0 { &a.url } else { &b.url }.clone();
+        let (key, pins) = (keypair_copy(&alice), pins.clone());
+        racers.push(tokio::spawn(async move {
+            let client = Client::connect(&remote(&url), key, &pins).await.unwrap();
+            client.push(&folder, None, &[], "shared").await
+        }));
+    }
+    let mut landed = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(pushed) => landed.push(pushed.snapshot),
+            Err(ClientError::Node { status: 409, body }) => {
+                assert_eq!(body["expected"], json!(on_top.snapshot), "{body}");
+            }
+            Err(e) => panic!("neither landed nor 409: {e}"),
+        }
+    }
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    // Both replicas name the winner as the head and can give its snapshot.
+    for (served, client) in [(&a, &via_a), (&b, &via_b)] {
+        let head = served
+            .node
+            .db()
+            .head(alice.fingerprint(), "shared")
+            .await
+            .unwrap();
+        assert_eq!(head.as_deref(), Some(landed[0].as_str()));
+        let got = client
+            .call(
+                "POST",
+                "/objects/get",
+                None,
+                Some(&json!({"hashes": [landed[0]]})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(got["entries"][0]["hash"], json!(landed[0]), "{got}");
+    }
+    a.task.abort();
+    b.task.abort();
 }
