@@ -175,6 +175,19 @@ pub enum RemoteAction {
         #[arg(long, requires = "thread_id")]
         force: bool,
     },
+    /// Webhook bindings on the node: `bind KIND:ID` lets a caller holding
+    /// the secret it prints (once) run that item on this project by an
+    /// HMAC-signed POST to /execute; `list`; `unbind HOOK_ID`.
+    Webhook {
+        /// bind, list or unbind.
+        action: String,
+        /// The item to bind (`tool:ID`), or the hook to unbind.
+        target: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        #[arg(long)]
+        remote: Option<String>,
+    },
     /// Do what the JSON request on stdin asks ({"action": "push" |
     /// "execute" | "threads" | "history" | "pull" | "list", ...}): the
     /// system tool rye/core/remote/remote runs this.
@@ -467,9 +480,16 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Execute { remote, .. }
         | RemoteAction::Threads { remote, .. }
         | RemoteAction::History { remote, .. }
+        | RemoteAction::Webhook { remote, .. }
         | RemoteAction::Pull { remote, .. } => remote.clone(),
         RemoteAction::List | RemoteAction::Manage => None,
     };
+    if let RemoteAction::Webhook { action, target, .. } = &action {
+        match (action.as_str(), target) {
+            ("bind" | "unbind", Some(_)) | ("list", None) => {}
+            _ => anyhow::bail!("rye remote webhook bind KIND:ID | list | unbind HOOK_ID"),
+        }
+    }
     let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
     let key_dir = cx
         .key_dir
@@ -541,6 +561,32 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     );
                     client.call("GET", "/threads", Some(&query), None).await
                 }
+            },
+            RemoteAction::Webhook {
+                action,
+                target,
+                description,
+                ..
+            } => match (action.as_str(), target) {
+                ("bind", Some(item_id)) => {
+                    let body = json!({"item_id": item_id, "project_path": project_path,
+                                      "description": description});
+                    client
+                        .call("POST", "/webhook-bindings", None, Some(&body))
+                        .await
+                }
+                ("list", None) => client.call("GET", "/webhook-bindings", None, None).await,
+                ("unbind", Some(hook_id)) => {
+                    client
+                        .call(
+                            "DELETE",
+                            &format!("/webhook-bindings/{}", client::encode(&hook_id)),
+                            None,
+                            None,
+                        )
+                        .await
+                }
+                _ => unreachable!("checked before"),
             },
             RemoteAction::History { limit, .. } => {
                 let query = format!(

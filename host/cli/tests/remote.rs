@@ -1242,3 +1242,206 @@ fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
     );
     drop(other);
 }
+
+/// Signs and sends a webhook delivery with Python's own `hmac`, `hashlib`
+/// and `base64` (an implementation independent of the node's): `form` is
+/// `spec` (`X-Webhook-*`, over `<timestamp>.<body>`) or `standard`
+/// (Standard Webhooks, over `<id>.<timestamp>.<body>`, keyed by the
+/// base64 decoding of the secret after `whsec_`). `change` adjusts the
+/// headers after signing (JSON: a header to set, or to drop when null).
+const DELIVER: &str = r#"
+import base64, hashlib, hmac, json, sys, urllib.error, urllib.request
+url, secret, form, ts, did, body, change = sys.argv[1:8]
+data = body.encode()
+if form == "spec":
+    mac = hmac.new(secret.encode(), ts.encode() + b"." + data, hashlib.sha256).hexdigest()
+    headers = {"X-Webhook-Timestamp": ts, "X-Webhook-Signature": "sha256=" + mac,
+               "X-Webhook-Delivery-Id": did}
+else:
+    key = base64.b64decode(secret.split("_", 1)[1])
+    mac = hmac.new(key, did.encode() + b"." + ts.encode() + b"." + data, hashlib.sha256).digest()
+    headers = {"webhook-id": did, "webhook-timestamp": ts,
+               "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+for name, value in json.loads(change).items():
+    if value is None:
+        headers.pop(name, None)
+    else:
+        headers[name] = value
+headers["Content-Type"] = "application/json"
+request = urllib.request.Request(url + "/execute", data=data, headers=headers, method="POST")
+try:
+    answer = urllib.request.urlopen(request, timeout=120)
+    status, text = answer.status, answer.read().decode()
+except urllib.error.HTTPError as e:
+    status, text = e.code, e.read().decode()
+print(json.dumps({"status": status, "body": json.loads(text)}))
+"#;
+
+/// A webhook binding runs its item on its project once per delivery, in
+/// the spec's form and in the Standard Webhooks form; a delivery sent
+/// again is answered "already processed" without running, and a replay
+/// under a new id, a stale timestamp, a forged signature, an unknown hook,
+/// a missing delivery id and a request signed both ways are refused.
+#[test]
+fn a_webhook_runs_its_binding_once_per_delivery_and_refuses_replays_and_forgeries() {
+    let python = match Command::new("python3").arg("--version").output() {
+        Ok(out) if out.status.success() => "python3",
+        _ => {
+            rye_test_artifacts::skip("webhook deliveries", "no python3");
+            return;
+        }
+    };
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let bound = env.ok(&[
+        "remote",
+        "webhook",
+        "bind",
+        "tool:demo/shell",
+        "--description",
+        "nightly",
+    ]);
+    let hook = bound["hook_id"].as_str().unwrap().to_owned();
+    let secret = bound["hmac_secret"].as_str().unwrap().to_owned();
+    assert!(hook.starts_with("wh_") && hook.len() == 35, "{bound:#}");
+    assert!(
+        secret.starts_with("whsec_") && secret.len() == 70,
+        "{bound:#}"
+    );
+    let listed = env.ok(&["remote", "webhook", "list"]);
+    assert_eq!(listed["bindings"][0]["hook_id"], json!(hook), "{listed:#}");
+    assert!(
+        !listed.to_string().contains(&secret[6..]),
+        "the secret is shown once"
+    );
+
+    let url = env.node.url.clone();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string()
+    };
+    let deliver = |secret: &str, form: &str, ts: &str, id: &str, body: &Value, change: Value| {
+        let out = Command::new(python)
+            .args(["-c", DELIVER, &url, secret, form, ts, id])
+            .arg(body.to_string())
+            .arg(change.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (answer["status"].as_u64().unwrap(), answer["body"].clone())
+    };
+    let append = |line: &str| {
+        json!({"hook_id": hook, "parameters": {"command": format!(
+            "mkdir -p .ai/knowledge/state && echo {line} >> .ai/knowledge/state/hook.md")}})
+    };
+    let snapshots = || {
+        env.ok(&["remote", "history"])["snapshots"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+
+    let body = append("spec");
+    let ts = now();
+    let (status, ran) = deliver(&secret, "spec", &ts, "d-1", &body, json!({}));
+    assert_eq!(status, 200, "{ran:#}");
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    assert_eq!(ran["merge_type"], "fast-forward", "{ran:#}");
+    let after_one = snapshots();
+
+    // The same delivery again: answered, not run.
+    let (status, again) = deliver(&secret, "spec", &ts, "d-1", &body, json!({}));
+    assert_eq!(status, 200, "{again:#}");
+    assert_eq!(again["status"], "already processed", "{again:#}");
+    // The same signed bytes under a new delivery id: a replay.
+    let (status, replay) = deliver(&secret, "spec", &ts, "d-2", &body, json!({}));
+    assert_eq!(
+        (status, &replay["error"]),
+        (401, &json!("Invalid webhook auth"))
+    );
+    // Stale, forged, unknown, and from the future.
+    let stale = (now().parse::<u64>().unwrap() - 400).to_string();
+    let future = (now().parse::<u64>().unwrap() + 120).to_string();
+    for (secret, ts, body, why) in [
+        (secret.as_str(), stale.as_str(), append("stale"), "stale"),
+        (secret.as_str(), future.as_str(), append("future"), "future"),
+        ("whsec_forged", ts.as_str(), append("forged"), "forged"),
+        (
+            secret.as_str(),
+            ts.as_str(),
+            json!({"hook_id": "wh_00000000000000000000000000000000"}),
+            "unknown hook",
+        ),
+    ] {
+        let (status, refused) = deliver(secret, "spec", ts, &format!("d-{why}"), &body, json!({}));
+        assert_eq!(status, 401, "{why}: {refused:#}");
+        assert_eq!(refused["error"], "Invalid webhook auth", "{why}");
+    }
+    let (status, refused) = deliver(
+        &secret,
+        "spec",
+        &now(),
+        "d-3",
+        &append("no-id"),
+        json!({"X-Webhook-Delivery-Id": null}),
+    );
+    assert_eq!(status, 400, "{refused:#}");
+    let (status, refused) = deliver(
+        &secret,
+        "spec",
+        &now(),
+        "d-4",
+        &append("both"),
+        json!({"X-Rye-Signature": "c2lnbmVk"}),
+    );
+    assert_eq!(status, 401, "{refused:#}");
+    assert_eq!(snapshots(), after_one, "nothing refused ran");
+
+    // The Standard Webhooks form: the id is signed, so a new id on the
+    // same signature does not pass.
+    let body = append("standard");
+    let ts = now();
+    let (status, ran) = deliver(&secret, "standard", &ts, "msg_1", &body, json!({}));
+    assert_eq!(status, 200, "{ran:#}");
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    let (status, again) = deliver(&secret, "standard", &ts, "msg_1", &body, json!({}));
+    assert_eq!(
+        (status, &again["status"]),
+        (200, &json!("already processed"))
+    );
+    let signed = Command::new(python)
+        .args(["-c", "import base64,hashlib,hmac,sys; k=base64.b64decode(sys.argv[1].split('_',1)[1]); print('v1,'+base64.b64encode(hmac.new(k, sys.argv[2].encode(), hashlib.sha256).digest()).decode())"])
+        .arg(&secret)
+        .arg(format!("msg_1.{ts}.{body}"))
+        .output()
+        .unwrap();
+    let signature = String::from_utf8(signed.stdout).unwrap().trim().to_owned();
+    let (status, replay) = deliver(
+        &secret,
+        "standard",
+        &ts,
+        "msg_2",
+        &body,
+        json!({"webhook-signature": signature}),
+    );
+    assert_eq!(status, 401, "{replay:#}");
+
+    // Unbound: its deliveries are refused like any unknown hook's.
+    let gone = env.ok(&["remote", "webhook", "unbind", &hook]);
+    assert_eq!(gone["deleted"], json!(hook));
+    let (status, _) = deliver(&secret, "spec", &now(), "d-5", &append("late"), json!({}));
+    assert_eq!(status, 401);
+
+    // Each delivery that ran, ran once.
+    env.ok(&["remote", "pull"]);
+    assert_eq!(env.read(".ai/knowledge/state/hook.md"), "spec\nstandard\n");
+}

@@ -71,6 +71,27 @@ pub struct ThreadRow {
     pub record: serde_json::Value,
 }
 
+/// A webhook binding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub hook_id: String,
+    pub item_id: String,
+    pub project_path: String,
+    pub description: Option<String>,
+    pub secret: String,
+    pub created_at: i64,
+}
+
+/// What a delivery is to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    New,
+    /// Its id was delivered before: already processed.
+    SameId,
+    /// Its signature came before under another id: a replay.
+    SameSignature,
+}
+
 /// A principal's user space as last pushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserSpace {
@@ -183,28 +204,100 @@ impl Db {
     }
 
     /// Notes that `principal` holds `objects` (already in the object
-    /// store).
+    /// store), in one transaction of a statement per thousands of
+    /// objects, not one per object.
     pub async fn hold(&self, principal: &str, objects: &[Held], now: i64) -> Result<(), DbError> {
-        on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            for held in objects {
-                sqlx::query(
-                    "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (principal, hash) DO NOTHING",
+        match &self.pool {
+            Pool::Sqlite(pool) => {
+                let mut tx = pool.begin().await?;
+                for chunk in objects.chunks(5_000) {
+                    let rows: Vec<serde_json::Value> = chunk
+                        .iter()
+                        .map(|h| {
+                            serde_json::json!([
+                                h.hash,
+                                h.kind,
+                                h.size,
+                                h.object_kind,
+                                h.content_blob
+                            ])
+                        })
+                        .collect();
+                    sqlx::query(
+                        "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
+                         SELECT $1, held.value ->> 0, held.value ->> 1, held.value ->> 2, $2, \
+                         held.value ->> 3, held.value ->> 4 FROM json_each($3) AS held WHERE true \
+                         ON CONFLICT (principal, hash) DO NOTHING",
+                    )
+                    .bind(principal)
+                    .bind(now)
+                    .bind(serde_json::Value::Array(rows).to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            }
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                for chunk in objects.chunks(5_000) {
+                    let column = |f: fn(&Held) -> Option<String>| -> Vec<Option<String>> {
+                        chunk.iter().map(f).collect()
+                    };
+                    let sizes: Vec<i64> = chunk.iter().map(|h| h.size as i64).collect();
+                    sqlx::query(
+                        "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
+                         SELECT $1, hash, kind, size, $2, object_kind, content_blob \
+                         FROM UNNEST($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[]) \
+                         AS held(hash, kind, size, object_kind, content_blob) \
+                         ON CONFLICT (principal, hash) DO NOTHING",
+                    )
+                    .bind(principal)
+                    .bind(now)
+                    .bind(column(|h| Some(h.hash.clone())))
+                    .bind(column(|h| Some(h.kind.to_owned())))
+                    .bind(sizes)
+                    .bind(column(|h| h.object_kind.clone()))
+                    .bind(column(|h| h.content_blob.clone()))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Which of `hashes` `principal` does not hold: one query however
+    /// many (an anti-join), answered with the few missing rather than the
+    /// many present.
+    pub async fn missing(
+        &self,
+        principal: &str,
+        hashes: &[String],
+    ) -> Result<HashSet<String>, DbError> {
+        let rows: Vec<String> =
+            match &self.pool {
+                Pool::Sqlite(pool) => {
+                    let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
+                    sqlx::query_scalar(
+                        "SELECT asked.value FROM json_each($2) AS asked LEFT JOIN objects o \
+                     ON o.principal = $1 AND o.hash = asked.value WHERE o.hash IS NULL",
+                    )
+                    .bind(principal)
+                    .bind(list)
+                    .fetch_all(pool)
+                    .await?
+                }
+                Pool::Postgres(pool) => sqlx::query_scalar(
+                    "SELECT asked.hash FROM UNNEST($2::text[]) AS asked(hash) LEFT JOIN objects o \
+                     ON o.principal = $1 AND o.hash = asked.hash WHERE o.hash IS NULL",
                 )
                 .bind(principal)
-                .bind(&held.hash)
-                .bind(held.kind)
-                .bind(held.size as i64)
-                .bind(now)
-                .bind(held.object_kind.as_deref())
-                .bind(held.content_blob.as_deref())
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+                .bind(hashes)
+                .fetch_all(pool)
+                .await?,
+            };
+        Ok(rows.into_iter().collect())
     }
 
     /// Which of `hashes` `principal` holds: one query however many.
@@ -521,6 +614,134 @@ impl Db {
         }))
     }
 
+    /// Records a new webhook binding.
+    pub async fn bind_webhook(
+        &self,
+        principal: &str,
+        hook: &Webhook,
+        now: i64,
+    ) -> Result<(), DbError> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO webhook_bindings (hook_id, principal, item_id, project_path, description, secret, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(&hook.hook_id)
+            .bind(principal)
+            .bind(&hook.item_id)
+            .bind(&hook.project_path)
+            .bind(hook.description.as_deref())
+            .bind(&hook.secret)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(())
+    }
+
+    /// The binding `hook_id` and whose it is.
+    pub async fn webhook(&self, hook_id: &str) -> Result<Option<(String, Webhook)>, DbError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT principal, hook_id, item_id, project_path, description, secret, created_at \
+                 FROM webhook_bindings WHERE hook_id = $1",
+            )
+            .bind(hook_id)
+            .fetch_optional(pool)
+            .await?;
+            row.as_ref()
+                .map(|row| Ok((row.try_get("principal")?, webhook(row)?)))
+                .transpose()
+        })
+    }
+
+    /// `principal`'s bindings, oldest first.
+    pub async fn webhooks(&self, principal: &str) -> Result<Vec<Webhook>, DbError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT hook_id, item_id, project_path, description, secret, created_at \
+                 FROM webhook_bindings WHERE principal = $1 ORDER BY created_at, hook_id",
+            )
+            .bind(principal)
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(webhook).collect()
+        })
+    }
+
+    /// Deletes `principal`'s binding `hook_id`; whether there was one.
+    pub async fn unbind_webhook(&self, principal: &str, hook_id: &str) -> Result<bool, DbError> {
+        let gone = on_pool!(self, pool => {
+            sqlx::query("DELETE FROM webhook_bindings WHERE principal = $1 AND hook_id = $2")
+                .bind(principal)
+                .bind(hook_id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(gone == 1)
+    }
+
+    /// Remembers the delivery `delivery_id` of `hook_id`, signed with
+    /// `signature`, at `now`, forgetting deliveries older than
+    /// `remember` seconds; whether it is new, or which of the two was
+    /// seen before.
+    pub async fn delivered(
+        &self,
+        hook_id: &str,
+        delivery_id: &str,
+        signature: &str,
+        now: i64,
+        remember: i64,
+    ) -> Result<Delivered, DbError> {
+        on_pool!(self, pool => {
+            sqlx::query("DELETE FROM webhook_deliveries WHERE seen_at < $1")
+                .bind(now - remember)
+                .execute(pool)
+                .await?;
+            let inserted = sqlx::query(
+                "INSERT INTO webhook_deliveries (hook_id, delivery_id, signature, seen_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(hook_id)
+            .bind(delivery_id)
+            .bind(signature)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                return Ok(Delivered::New);
+            }
+            let same_id: Option<i64> = sqlx::query_scalar(
+                "SELECT seen_at FROM webhook_deliveries WHERE hook_id = $1 AND delivery_id = $2",
+            )
+            .bind(hook_id)
+            .bind(delivery_id)
+            .fetch_optional(pool)
+            .await?;
+            Ok(if same_id.is_some() {
+                Delivered::SameId
+            } else {
+                Delivered::SameSignature
+            })
+        })
+    }
+
+    /// Forgets a delivery that did not run, so its retry is let in.
+    pub async fn forget_delivery(&self, hook_id: &str, delivery_id: &str) -> Result<(), DbError> {
+        on_pool!(self, pool => {
+            sqlx::query("DELETE FROM webhook_deliveries WHERE hook_id = $1 AND delivery_id = $2")
+                .bind(hook_id)
+                .bind(delivery_id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(())
+    }
+
     /// `principal`'s runs, newest first, of one project or all.
     pub async fn threads(
         &self,
@@ -577,6 +798,23 @@ where
             content_blob: row.try_get("content_blob")?,
         },
     ))
+}
+
+/// One row of `webhook_bindings`, of either database.
+fn webhook<R: Row>(row: &R) -> Result<Webhook, DbError>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'c> &'c str: ColumnIndex<R>,
+{
+    Ok(Webhook {
+        hook_id: row.try_get("hook_id")?,
+        item_id: row.try_get("item_id")?,
+        project_path: row.try_get("project_path")?,
+        description: row.try_get("description")?,
+        secret: row.try_get("secret")?,
+        created_at: row.try_get("created_at")?,
+    })
 }
 
 /// One row of `threads`, of either database.

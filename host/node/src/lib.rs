@@ -12,5 +12,6 @@ pub mod run;
 pub mod service;
 pub mod tracked;
 pub mod watch;
+pub mod webhook;
 
 pub use service::{Node, Settings, StartError, authorize_key, router, serve};

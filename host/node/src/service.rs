@@ -29,12 +29,13 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::bytes::ObjectBytes;
-use crate::db::{Db, DbError, ThreadRow};
+use crate::db::{Db, DbError, Delivered, ThreadRow, Webhook};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
 use crate::parsed::Parsed;
 use crate::run::{RunError, Runner, Workspace, Workspaces};
 use crate::tracked::Tracked;
 use crate::watch::{Seen, Watch};
+use crate::webhook;
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -398,6 +399,11 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/push/user-space", post(push_user_space))
         .route("/user-space", get(user_space))
         .route("/execute", post(execute))
+        .route("/webhook-bindings", post(bind_webhook).get(webhooks))
+        .route(
+            "/webhook-bindings/{hook_id}",
+            axum::routing::delete(unbind_webhook),
+        )
         .route("/threads", get(threads))
         .route("/threads/{id}", get(thread))
         .route("/history", get(history))
@@ -626,13 +632,13 @@ fn hash_field(body: &Value, field: &str) -> Result<Option<ContentHash>, Reply> {
 async fn objects_has(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
     let asked = objects::hashes(&json_body(&call.body)?).map_err(refused)?;
     let hexes: Vec<String> = asked.iter().map(ContentHash::hex).collect();
-    let held = node
+    let lacking = node
         .db
-        .held(&call.principal, &hexes)
+        .missing(&call.principal, &hexes)
         .await
         .map_err(internal)?;
-    let (present, missing): (Vec<String>, Vec<String>) =
-        hexes.into_iter().partition(|h| held.contains(h));
+    let (missing, present): (Vec<String>, Vec<String>) =
+        hexes.into_iter().partition(|h| lacking.contains(h));
     ok(json!({"present": present, "missing": missing}))
 }
 
@@ -1219,10 +1225,202 @@ struct Job {
     thread_id: String,
 }
 
-async fn execute(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer {
-    let principal = call.principal;
+/// `POST /webhook-bindings`: a new binding of an item and a project of
+/// the caller's; its secret is in this answer and never again.
+async fn bind_webhook(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer {
+    let body = json_body(&call.body)?;
+    let project = project_path(&body)?;
+    let item_id = body
+        .get("item_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no item_id (text)"))?;
+    item(item_id).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+    let description = match body.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.chars().count() <= 1_000 => Some(text.clone()),
+        Some(_) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "description is text of at most 1,000 characters",
+            ));
+        }
+    };
+    let sealed = |field: &str| {
+        body.get(field)
+            .is_some_and(|v| !v.is_null() && v != &json!([]))
+    };
+    if sealed("secret_envelope") || sealed("vault_keys") {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "this node takes no sealed secrets for a binding yet",
+        ));
+    }
+    let (hook_id, secret) = webhook::new_binding();
+    let hook = Webhook {
+        hook_id: hook_id.clone(),
+        item_id: item_id.to_owned(),
+        project_path: project.clone(),
+        description,
+        secret: secret.clone(),
+        created_at: now_secs() as i64,
+    };
+    node.db
+        .bind_webhook(&call.principal, &hook, hook.created_at)
+        .await
+        .map_err(internal)?;
+    ok(
+        json!({"hook_id": hook_id, "hmac_secret": secret, "item_id": item_id,
+              "project_path": project, "description": hook.description,
+              "has_secret_envelope": false, "vault_keys": []}),
+    )
+}
+
+/// `GET /webhook-bindings`: the caller's bindings, without their secrets.
+async fn webhooks(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let hooks = node.db.webhooks(&call.principal).await.map_err(internal)?;
+    let listed: Vec<Value> = hooks
+        .iter()
+        .map(|h| {
+            json!({"hook_id": h.hook_id, "item_id": h.item_id, "project_path": h.project_path,
+                   "description": h.description, "created_at": h.created_at,
+                   "has_secret_envelope": false, "vault_keys": []})
+        })
+        .collect();
+    ok(json!({"bindings": listed, "remote_name": node.settings.name}))
+}
+
+/// `DELETE /webhook-bindings/{hook_id}`.
+async fn unbind_webhook(
+    State(node): State<Arc<Node>>,
+    UrlPath(hook_id): UrlPath<String>,
+    call: Signed<Execute>,
+) -> Answer {
+    if node
+        .db
+        .unbind_webhook(&call.principal, &hook_id)
+        .await
+        .map_err(internal)?
+    {
+        ok(json!({"deleted": hook_id}))
+    } else {
+        Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no binding {hook_id} of this key's"),
+        ))
+    }
+}
+
+/// `/execute`: a signed request, or a webhook delivery; never both.
+async fn execute(State(node): State<Arc<Node>>, request: Request) -> Answer {
+    let hooked = webhook::present(request.headers());
+    if hooked && request.headers().contains_key(auth::SIGNATURE) {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "a request is either signed or a webhook delivery, not both",
+        ));
+    }
+    if hooked {
+        return delivered(node, request).await;
+    }
+    let call = Signed::<Execute>::from_request(request, &node).await?;
+    let body = json_body(&call.body)?;
+    execute_as(node, call.principal, body).await
+}
+
+/// The one answer to every webhook delivery that may not run, whatever
+/// the reason, so that a caller learns nothing of the bindings.
+fn invalid_webhook(reason: &str) -> Reply {
+    tracing::info!("webhook delivery refused: {reason}");
+    error(StatusCode::UNAUTHORIZED, "Invalid webhook auth")
+}
+
+/// A webhook delivery: the binding's item run on its project, as its
+/// principal, once per delivery.
+async fn delivered(node: Arc<Node>, request: Request) -> Answer {
+    let (parts, body) = request.into_parts();
+    let body = Bytes::from_request(Request::from_parts(parts.clone(), body), &node)
+        .await
+        .map_err(|e| error(e.status(), e.body_text()))?;
+    let delivery = webhook::read(&parts.headers).map_err(|refusal| match refusal {
+        webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
+        webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
+    })?;
+    let sent = json_body(&body)?;
+    let hook_id = sent
+        .get("hook_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_webhook("no hook_id"))?;
+    let (principal, binding) = node
+        .db
+        .webhook(hook_id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| invalid_webhook("no such binding"))?;
+    let now = now_secs() as i64;
+    let signature =
+        delivery
+            .verify(&binding.secret, &body, now)
+            .map_err(|refusal| match refusal {
+                webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
+                webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
+            })?;
+    // The binding runs as its principal for as long as that key may run
+    // items here.
+    let allowed = match node.db.authorized_key(&principal).await.map_err(internal)? {
+        Some(document) => keys::read_authorization(&document, node.key.public())
+            .is_ok_and(|a| a.allows(SCOPE_EXECUTE, SystemTime::now())),
+        None => false,
+    };
+    if !allowed {
+        return Err(invalid_webhook("the binding's key may no longer run items"));
+    }
+    match node
+        .db
+        .delivered(
+            hook_id,
+            &delivery.delivery_id,
+            &signature,
+            now,
+            webhook::REMEMBER_SECS,
+        )
+        .await
+        .map_err(internal)?
+    {
+        Delivered::New => {}
+        Delivered::SameId => {
+            return ok(json!({"status": "already processed", "hook_id": hook_id,
+                              "delivery_id": delivery.delivery_id}));
+        }
+        Delivered::SameSignature => return Err(invalid_webhook("a replayed signature")),
+    }
+    let mut body = json!({
+        "item_id": binding.item_id,
+        "project_path": binding.project_path,
+        "parameters": sent.get("parameters").cloned().unwrap_or(Value::Null),
+    });
+    if let Some(run_async) = sent.get("async") {
+        body["async"] = run_async.clone();
+    }
+    let answer = execute_as(Arc::clone(&node), principal, body).await;
+    if let Err((status, _)) = &answer
+        && *status == StatusCode::SERVICE_UNAVAILABLE
+    {
+        // Nothing ran: the sender's retry of this delivery is let in.
+        if let Err(e) = node
+            .db
+            .forget_delivery(hook_id, &delivery.delivery_id)
+            .await
+        {
+            tracing::error!("forgetting a delivery that did not run: {e}");
+        }
+    }
+    answer
+}
+
+/// Runs what `body` asks (`item_id`, `project_path`, `parameters`,
+/// `async`) on `principal`'s project.
+async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
     let started = async {
-        let body = json_body(&call.body)?;
         let project = project_path(&body)?;
         let item_id = body
             .get("item_id")

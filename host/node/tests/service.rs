@@ -833,7 +833,8 @@ async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(s
 
 /// Two replicas of one node, each with a folder of its own, sharing one
 /// PostgreSQL database, one bucket and one key: what one is told, the
-/// other knows (heads, objects, authorized keys, nonces), and clients
+/// other knows (heads, objects, authorized keys, nonces, webhook
+/// deliveries), and clients
 /// racing to push through both see exactly one push land.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_on_one_database_and_bucket_answer_as_one_node() {
@@ -917,6 +918,53 @@ async fn two_replicas_on_one_database_and_bucket_answer_as_one_node() {
     )
     .await;
     assert_eq!(replayed.0, 401, "{replayed:?}");
+
+    // A webhook delivery one replica took is "already processed" at the
+    // other, and its signature under a new id a replay.
+    let bound = fresh(
+        (&b.url, &node),
+        &alice,
+        "POST",
+        "/webhook-bindings",
+        &json!({"item_id": "tool:demo/x", "project_path": "shared"}),
+    )
+    .await;
+    assert_eq!(bound.0, 200, "{bound:?}");
+    let secret = bound.1["hmac_secret"].as_str().unwrap().to_owned();
+    let body = json!({"hook_id": bound.1["hook_id"]}).to_string();
+    let stamp = now().to_string();
+    let signature = {
+        use hmac::Mac as _;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{stamp}.{body}").as_bytes());
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+    let deliver = |url: String, id: &'static str| {
+        let (body, stamp, signature) = (body.clone(), stamp.clone(), signature.clone());
+        async move {
+            let answer = reqwest::Client::new()
+                .post(format!("{url}/execute"))
+                .header("X-Webhook-Timestamp", stamp)
+                .header("X-Webhook-Signature", signature)
+                .header("X-Webhook-Delivery-Id", id)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status().as_u16();
+            let text = answer.text().await.unwrap();
+            (status, serde_json::from_str::<Value>(&text).unwrap())
+        }
+    };
+    // Run by a (the run itself fails: these replicas have no rye to run
+    // items with, which is beside the point).
+    let taken = deliver(a.url.clone(), "one").await;
+    assert_ne!(taken.0, 401, "{taken:?}");
+    let again = deliver(b.url.clone(), "one").await;
+    assert_eq!(again.0, 200, "{again:?}");
+    assert_eq!(again.1["status"], "already processed", "{again:?}");
+    let replay = deliver(b.url.clone(), "two").await;
+    assert_eq!(replay.0, 401, "{replay:?}");
 
     // Twenty clients from one head, through both replicas at once.
     let refs = first.join(".ai/objects/refs/remotes/test.json");

@@ -261,3 +261,51 @@ async fn leases(db: Db) {
     assert_eq!(status(db.clone(), "a1").await, "interrupted");
     assert_eq!(status(db.clone(), "c1").await, "running");
 }
+
+#[tokio::test]
+async fn what_is_missing_is_answered_in_one_query_and_holding_in_bulk_keeps_the_first() {
+    for place in places("missing") {
+        missing(place.open().await).await;
+    }
+}
+
+async fn missing(db: Db) {
+    let held = |i: usize| Held {
+        hash: format!("{i:064x}"),
+        kind: if i.is_multiple_of(2) {
+            "blob"
+        } else {
+            "object"
+        },
+        size: i as u64,
+        object_kind: (i % 2 == 1).then(|| "item_source".to_owned()),
+        content_blob: (i % 2 == 1).then(|| format!("{:064x}", i + 1)),
+    };
+    // More than one statement's worth, some twice.
+    let many: Vec<Held> = (0..12_000).map(held).collect();
+    db.hold("alice", &many, 1).await.unwrap();
+    db.hold("alice", &many[11_000..], 2).await.unwrap();
+    let asked: Vec<String> = (11_990..12_010).map(|i| format!("{i:064x}")).collect();
+    let lacking = db.missing("alice", &asked).await.unwrap();
+    let want: HashSet<String> = (12_000..12_010).map(|i| format!("{i:064x}")).collect();
+    assert_eq!(lacking, want);
+    assert_eq!(
+        db.missing("bob", &asked[..3]).await.unwrap().len(),
+        3,
+        "alice's objects are not bob's"
+    );
+    assert!(db.missing("alice", &[]).await.unwrap().is_empty());
+    let known = db
+        .holdings("alice", &[format!("{:064x}", 11_999)])
+        .await
+        .unwrap();
+    let one = &known[&format!("{:064x}", 11_999)];
+    assert_eq!(one.kind, "object");
+    assert_eq!(one.object_kind.as_deref(), Some("item_source"));
+    assert_eq!(one.content_blob, Some(format!("{:064x}", 12_000)));
+    assert_eq!(
+        db.stored_bytes("alice").await.unwrap(),
+        (0..12_000u64).sum::<u64>(),
+        "an object held twice is counted once"
+    );
+}
