@@ -144,6 +144,25 @@ pub enum RemoteAction {
         /// brings it later).
         #[arg(long)]
         no_pull: bool,
+        /// Give the run the environment variable NAME as it is set here,
+        /// sealed to the node's box key on the way (repeatable).
+        #[arg(long = "secret", value_name = "NAME")]
+        secrets: Vec<String>,
+        /// Give the run the secret NAME of this key's vault on the node
+        /// (repeatable).
+        #[arg(long = "vault-key", value_name = "NAME")]
+        vault_keys: Vec<String>,
+    },
+    /// This key's vault on the node: secrets kept sealed to the node's
+    /// box key, opened only into runs that name them. `set NAME` seals the
+    /// environment variable NAME as set here (or standard input when it
+    /// is not set); `list`; `delete NAME`.
+    Vault {
+        /// set, list or delete.
+        action: String,
+        name: Option<String>,
+        #[arg(long)]
+        remote: Option<String>,
     },
     /// The node's runs of this project, or one run.
     Threads {
@@ -185,6 +204,13 @@ pub enum RemoteAction {
         target: Option<String>,
         #[arg(long)]
         description: Option<String>,
+        /// bind: give its runs the environment variable NAME as it is set
+        /// here, sealed to the node's box key (repeatable).
+        #[arg(long = "secret", value_name = "NAME")]
+        secrets: Vec<String>,
+        /// bind: give its runs the secret NAME of this key's vault.
+        #[arg(long = "vault-key", value_name = "NAME")]
+        vault_keys: Vec<String>,
         #[arg(long)]
         remote: Option<String>,
     },
@@ -220,6 +246,9 @@ struct ManageRequest {
     push: Option<bool>,
     #[serde(default)]
     pull: Option<bool>,
+    /// Secrets of the caller's vault on the node to give the run.
+    #[serde(default)]
+    vault_keys: Vec<String>,
 }
 
 /// At most this much of a request is read from stdin.
@@ -262,6 +291,8 @@ impl ManageRequest {
                 run_async: request.run_async,
                 no_push: !request.push.unwrap_or(true),
                 no_pull: !request.pull.unwrap_or(true),
+                secrets: Vec::new(),
+                vault_keys: request.vault_keys,
             },
             other => anyhow::bail!(
                 "action {other:?} is not push, execute, threads, history, pull or list"
@@ -481,6 +512,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Threads { remote, .. }
         | RemoteAction::History { remote, .. }
         | RemoteAction::Webhook { remote, .. }
+        | RemoteAction::Vault { remote, .. }
         | RemoteAction::Pull { remote, .. } => remote.clone(),
         RemoteAction::List | RemoteAction::Manage => None,
     };
@@ -490,6 +522,41 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
             _ => anyhow::bail!("rye remote webhook bind KIND:ID | list | unbind HOOK_ID"),
         }
     }
+    if let RemoteAction::Vault { action, name, .. } = &action {
+        match (action.as_str(), name) {
+            ("set" | "delete", Some(_)) | ("list", None) => {}
+            _ => anyhow::bail!("rye remote vault set NAME | list | delete NAME"),
+        }
+    }
+    // Secrets are read here, before anything is sent: a name not set is
+    // an error, never an empty value.
+    let sealed: std::collections::BTreeMap<String, String> = match &action {
+        RemoteAction::Execute { secrets, .. } | RemoteAction::Webhook { secrets, .. } => secrets
+            .iter()
+            .map(|name| {
+                std::env::var(name)
+                    .map(|value| (name.clone(), value))
+                    .with_context(|| format!("--secret {name}: no such variable is set here"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        RemoteAction::Vault {
+            action,
+            name: Some(name),
+            ..
+        } if action == "set" => {
+            let value = match std::env::var(name) {
+                Ok(value) => value,
+                Err(_) => {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                        .context("reading the secret from standard input")?;
+                    text.strip_suffix('\n').unwrap_or(&text).to_owned()
+                }
+            };
+            std::collections::BTreeMap::from([(name.clone(), value)])
+        }
+        _ => std::collections::BTreeMap::new(),
+    };
     let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
     let key_dir = cx
         .key_dir
@@ -528,6 +595,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                 run_async,
                 no_push,
                 no_pull,
+                vault_keys,
                 ..
             } => {
                 let parameters: Value = serde_json::from_str(&params)
@@ -541,6 +609,8 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                 let around = client::Around {
                     push: !no_push,
                     pull: !no_pull,
+                    secrets: sealed,
+                    vault_keys,
                 };
                 client
                     .execute_here(&here, &format!("{kind}:{id}"), &parameters, run_async, around)
@@ -562,18 +632,50 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     client.call("GET", "/threads", Some(&query), None).await
                 }
             },
+            RemoteAction::Vault { action, name, .. } => match (action.as_str(), name) {
+                ("set", Some(name)) => match client.seal(&sealed).await {
+                    Ok(envelope) => {
+                        let body = json!({"name": name, "envelope": envelope});
+                        client.call("POST", "/vault/set", None, Some(&body)).await
+                    }
+                    Err(e) => Err(e),
+                },
+                ("list", None) => client.call("GET", "/vault/list", None, None).await,
+                ("delete", Some(name)) => {
+                    let body = json!({"name": name});
+                    client.call("POST", "/vault/delete", None, Some(&body)).await
+                }
+                _ => unreachable!("checked before"),
+            },
             RemoteAction::Webhook {
                 action,
                 target,
                 description,
+                vault_keys,
                 ..
             } => match (action.as_str(), target) {
                 ("bind", Some(item_id)) => {
-                    let body = json!({"item_id": item_id, "project_path": project_path,
-                                      "description": description});
-                    client
-                        .call("POST", "/webhook-bindings", None, Some(&body))
-                        .await
+                    let mut body = json!({"item_id": item_id, "project_path": project_path,
+                                          "description": description});
+                    if !vault_keys.is_empty() {
+                        body["vault_keys"] = json!(vault_keys);
+                    }
+                    let sealing = if sealed.is_empty() {
+                        Ok(None)
+                    } else {
+                        client.seal(&sealed).await.map(Some)
+                    };
+                    match sealing {
+                        Ok(envelope) => {
+                            if let Some(envelope) = envelope {
+                                body["secret_envelope"] = envelope;
+                            }
+                            client
+                                .call("POST", "/webhook-bindings", None, Some(&body))
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
                 ("list", None) => client.call("GET", "/webhook-bindings", None, None).await,
                 ("unbind", Some(hook_id)) => {

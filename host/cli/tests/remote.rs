@@ -1445,3 +1445,176 @@ fn a_webhook_runs_its_binding_once_per_delivery_and_refuses_replays_and_forgerie
     env.ok(&["remote", "pull"]);
     assert_eq!(env.read(".ai/knowledge/state/hook.md"), "spec\nstandard\n");
 }
+
+/// Secrets reach a run's environment and nowhere else: one sealed to the
+/// node's box key by `--secret` (from the caller's environment), one kept
+/// sealed in the key's vault and named by `--vault-key`. The run sees
+/// both; its record names them without their values; the node's database
+/// holds neither in the clear; a reserved name is skipped and reported;
+/// a name not set here, or gone from the vault, stops the run before it
+/// starts.
+#[test]
+fn a_run_gets_its_secrets_in_its_environment_and_nowhere_else() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let run = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut command = env.command(args);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        command.output().unwrap()
+    };
+    let stored = run(
+        &["remote", "vault", "set", "DB_PASSWORD"],
+        &[("DB_PASSWORD", "vault-value-9f2")],
+    );
+    assert!(
+        stored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stored.stderr)
+    );
+    let listed = env.ok(&["remote", "vault", "list"]);
+    assert_eq!(listed["names"], json!(["DB_PASSWORD"]));
+
+    let check = r#"[ "$API_TOKEN" = tok-sealed-41 ] && [ "$DB_PASSWORD" = vault-value-9f2 ] && [ -n "$PATH" ] && echo both-seen"#;
+    let ran = run(
+        &[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--secret",
+            "API_TOKEN",
+            "--secret",
+            "PATH",
+            "--vault-key",
+            "DB_PASSWORD",
+            "--params",
+            &shell(check),
+        ],
+        &[("API_TOKEN", "tok-sealed-41")],
+    );
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let ran: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(ran["result"]["data"]["stdout"], "both-seen\n", "{ran:#}");
+    assert_eq!(
+        ran["secrets"],
+        json!({"names": ["API_TOKEN", "DB_PASSWORD"], "skipped": ["PATH"]})
+    );
+    let thread = ran["thread_id"].as_str().unwrap();
+    let shown = env.ok(&["remote", "threads", thread]).to_string();
+    for secret in ["tok-sealed-41", "vault-value-9f2"] {
+        assert!(!ran.to_string().contains(secret), "{secret} in the answer");
+        assert!(!shown.contains(secret), "{secret} in the thread record");
+    }
+    // The node's database (where a node keeps it in its folder) holds
+    // neither value in the clear.
+    let node = env.root.path().join("node");
+    for file in ["node.db", "node.db-wal"] {
+        if let Ok(bytes) = std::fs::read(node.join(file)) {
+            for secret in ["tok-sealed-41", "vault-value-9f2"] {
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{secret} in {file}"
+                );
+            }
+        }
+    }
+
+    // A webhook binding carries secrets for its runs the same way.
+    let bound = run(
+        &[
+            "remote",
+            "webhook",
+            "bind",
+            "tool:demo/shell",
+            "--secret",
+            "API_TOKEN",
+            "--vault-key",
+            "DB_PASSWORD",
+        ],
+        &[("API_TOKEN", "tok-sealed-41")],
+    );
+    assert!(
+        bound.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bound.stderr)
+    );
+    let bound: Value = serde_json::from_slice(&bound.stdout).unwrap();
+    assert_eq!(bound["has_secret_envelope"], true, "{bound:#}");
+    assert_eq!(bound["vault_keys"], json!(["DB_PASSWORD"]), "{bound:#}");
+    assert!(!bound.to_string().contains("tok-sealed-41"));
+    if Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string();
+        let body = json!({"hook_id": bound["hook_id"], "parameters": {"command": check}});
+        let out = Command::new("python3")
+            .args(["-c", DELIVER, &env.node.url])
+            .arg(bound["hmac_secret"].as_str().unwrap())
+            .args(["spec", &stamp, "with-secrets"])
+            .arg(body.to_string())
+            .arg("{}")
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(answer["status"], 200, "{answer:#}");
+        assert_eq!(
+            answer["body"]["result"]["data"]["stdout"], "both-seen\n",
+            "{answer:#}"
+        );
+    } else {
+        rye_test_artifacts::skip("a webhook delivery with secrets", "no python3");
+    }
+
+    // A secret not set here is an error before anything is sent.
+    let unset = run(
+        &[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--secret",
+            "RYE_TEST_UNSET_SECRET",
+            "--params",
+            &shell("true"),
+        ],
+        &[],
+    );
+    assert!(!unset.status.success());
+    assert!(
+        String::from_utf8_lossy(&unset.stderr).contains("RYE_TEST_UNSET_SECRET"),
+        "{}",
+        String::from_utf8_lossy(&unset.stderr)
+    );
+    // A name gone from the vault stops the run before it starts.
+    let gone = env.ok(&["remote", "vault", "delete", "DB_PASSWORD"]);
+    assert_eq!(gone["deleted"], "DB_PASSWORD");
+    let refused = env.remote(&[
+        "execute",
+        "tool",
+        "demo/shell",
+        "--vault-key",
+        "DB_PASSWORD",
+        "--params",
+        &shell("true"),
+    ]);
+    assert!(refused.to_string().contains("no secret"), "{refused:#}");
+    // A reserved name is refused by the vault outright.
+    let reserved = run(
+        &["remote", "vault", "set", "LD_PRELOAD"],
+        &[("LD_PRELOAD", "x")],
+    );
+    assert!(!reserved.status.success());
+}

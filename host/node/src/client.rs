@@ -30,7 +30,7 @@ use rye_sync::manifest::{self, SpaceKind};
 use rye_sync::merge::{Tree, three_way};
 use rye_sync::policy::{Policy, merge_into};
 use rye_sync::stamps::Stamps;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::keys;
 
@@ -334,6 +334,41 @@ impl Client {
         Ok(key.fingerprint().to_owned())
     }
 
+    /// The node's box key, from its identity document checked to be
+    /// signed by the key this client pinned: what secrets are sealed to.
+    pub async fn box_key(&self) -> Result<[u8; 32], ClientError> {
+        let (status, body) = self.send("GET", "/public-key", None, None, false).await?;
+        if status != 200 {
+            return Err(ClientError::Node { status, body });
+        }
+        let transport = |message: String| ClientError::Transport {
+            url: self.remote.url.clone(),
+            message,
+        };
+        let key = keys::check_public_key_document(&body).map_err(transport)?;
+        if key.fingerprint() != self.node {
+            return Err(transport(format!(
+                "the node's identity is signed by fp:{}, not the pinned fp:{}",
+                key.fingerprint(),
+                self.node
+            )));
+        }
+        let wire = body
+            .get("box_key")
+            .and_then(Value::as_str)
+            .ok_or_else(|| transport("the node's identity names no box key".into()))?;
+        rye_seal::read_wire(wire).map_err(|e| transport(e.to_string()))
+    }
+
+    /// `vars` sealed to the node's box key.
+    pub async fn seal(
+        &self,
+        vars: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Value, ClientError> {
+        let key = self.box_key().await?;
+        rye_seal::seal(&key, vars).map_err(|e| ClientError::Local(e.to_string()))
+    }
+
     /// The node's fingerprint this client signs for.
     pub fn node(&self) -> &str {
         &self.node
@@ -470,12 +505,28 @@ pub struct Here<'a> {
 }
 
 /// What [`Client::execute_here`] does around a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Around {
     /// Push the project first.
     pub push: bool,
     /// Pull what the run folded back.
     pub pull: bool,
+    /// Secrets for the run's environment, sealed to the node's box key
+    /// before they leave.
+    pub secrets: std::collections::BTreeMap<String, String>,
+    /// Names of secrets in the caller's vault on the node to give the run.
+    pub vault_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for Around {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Around")
+            .field("push", &self.push)
+            .field("pull", &self.pull)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("vault_keys", &self.vault_keys)
+            .finish()
+    }
 }
 
 impl Default for Around {
@@ -483,6 +534,8 @@ impl Default for Around {
         Around {
             push: true,
             pull: true,
+            secrets: std::collections::BTreeMap::new(),
+            vault_keys: Vec::new(),
         }
     }
 }
@@ -1084,14 +1137,26 @@ impl Client {
         parameters: &Value,
         run_async: bool,
     ) -> Result<Value, ClientError> {
-        self.call(
-            "POST",
-            "/execute",
-            None,
-            Some(&json!({"item_id": item_id, "project_path": project_path,
-                         "parameters": parameters, "async": run_async})),
-        )
-        .await
+        self.execute_with(project_path, item_id, parameters, run_async, Map::new())
+            .await
+    }
+
+    /// [`Client::execute`] with more fields of the request
+    /// (`secret_envelope`, `vault_keys`).
+    async fn execute_with(
+        &self,
+        project_path: &str,
+        item_id: &str,
+        parameters: &Value,
+        run_async: bool,
+        more: Map<String, Value>,
+    ) -> Result<Value, ClientError> {
+        let mut body = json!({"item_id": item_id, "project_path": project_path,
+                              "parameters": parameters, "async": run_async});
+        if let Value::Object(fields) = &mut body {
+            fields.extend(more);
+        }
+        self.call("POST", "/execute", None, Some(&body)).await
     }
 
     /// Runs `item_id` on the node end to end, as the seed's `execute`
@@ -1147,9 +1212,16 @@ impl Client {
             });
             laps.insert("push".into(), json!(ms(started)));
         }
+        let mut more = Map::new();
+        if !around.secrets.is_empty() {
+            more.insert("secret_envelope".into(), self.seal(&around.secrets).await?);
+        }
+        if !around.vault_keys.is_empty() {
+            more.insert("vault_keys".into(), json!(around.vault_keys));
+        }
         let running = std::time::Instant::now();
         let mut record = self
-            .execute(here.project_path, item_id, parameters, run_async)
+            .execute_with(here.project_path, item_id, parameters, run_async, more)
             .await?;
         laps.insert("execute".into(), json!(ms(running)));
         let moved = matches!(

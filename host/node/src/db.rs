@@ -80,6 +80,8 @@ pub struct Webhook {
     pub description: Option<String>,
     pub secret: String,
     pub created_at: i64,
+    /// `{"secret_envelope": …, "vault_keys": […]}` for its runs, if any.
+    pub secrets: Option<serde_json::Value>,
 }
 
 /// What a delivery is to the node.
@@ -623,8 +625,8 @@ impl Db {
     ) -> Result<(), DbError> {
         on_pool!(self, pool => {
             sqlx::query(
-                "INSERT INTO webhook_bindings (hook_id, principal, item_id, project_path, description, secret, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                "INSERT INTO webhook_bindings (hook_id, principal, item_id, project_path, description, secret, \
+                 created_at, secrets) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             )
             .bind(&hook.hook_id)
             .bind(principal)
@@ -633,6 +635,7 @@ impl Db {
             .bind(hook.description.as_deref())
             .bind(&hook.secret)
             .bind(now)
+            .bind(hook.secrets.as_ref().map(|s| s.to_string()))
             .execute(pool)
             .await?
             .rows_affected()
@@ -644,7 +647,7 @@ impl Db {
     pub async fn webhook(&self, hook_id: &str) -> Result<Option<(String, Webhook)>, DbError> {
         on_pool!(self, pool => {
             let row = sqlx::query(
-                "SELECT principal, hook_id, item_id, project_path, description, secret, created_at \
+                "SELECT principal, hook_id, item_id, project_path, description, secret, created_at, secrets \
                  FROM webhook_bindings WHERE hook_id = $1",
             )
             .bind(hook_id)
@@ -660,7 +663,7 @@ impl Db {
     pub async fn webhooks(&self, principal: &str) -> Result<Vec<Webhook>, DbError> {
         on_pool!(self, pool => {
             let rows = sqlx::query(
-                "SELECT hook_id, item_id, project_path, description, secret, created_at \
+                "SELECT hook_id, item_id, project_path, description, secret, created_at, secrets \
                  FROM webhook_bindings WHERE principal = $1 ORDER BY created_at, hook_id",
             )
             .bind(principal)
@@ -742,6 +745,77 @@ impl Db {
         Ok(())
     }
 
+    /// Keeps `envelope` as `principal`'s secret `name`, replacing one of
+    /// that name.
+    pub async fn vault_set(
+        &self,
+        principal: &str,
+        name: &str,
+        envelope: &str,
+        now: i64,
+    ) -> Result<(), DbError> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO vault (principal, name, envelope, updated_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (principal, name) DO UPDATE SET envelope = excluded.envelope, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(principal)
+            .bind(name)
+            .bind(envelope)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(())
+    }
+
+    /// The names in `principal`'s vault, sorted.
+    pub async fn vault_names(&self, principal: &str) -> Result<Vec<String>, DbError> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar("SELECT name FROM vault WHERE principal = $1 ORDER BY name")
+                .bind(principal)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// The sealed envelopes of `principal`'s secrets `names` that exist.
+    pub async fn vault_get(
+        &self,
+        principal: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, String)>, DbError> {
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            let envelope: Option<String> = on_pool!(self, pool => {
+                sqlx::query_scalar("SELECT envelope FROM vault WHERE principal = $1 AND name = $2")
+                    .bind(principal)
+                    .bind(name)
+                    .fetch_optional(pool)
+                    .await?
+            });
+            if let Some(envelope) = envelope {
+                found.push((name.clone(), envelope));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes `principal`'s secret `name`; whether there was one.
+    pub async fn vault_delete(&self, principal: &str, name: &str) -> Result<bool, DbError> {
+        let gone = on_pool!(self, pool => {
+            sqlx::query("DELETE FROM vault WHERE principal = $1 AND name = $2")
+                .bind(principal)
+                .bind(name)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(gone == 1)
+    }
+
     /// `principal`'s runs, newest first, of one project or all.
     pub async fn threads(
         &self,
@@ -814,6 +888,9 @@ where
         description: row.try_get("description")?,
         secret: row.try_get("secret")?,
         created_at: row.try_get("created_at")?,
+        secrets: row
+            .try_get::<Option<String>, _>("secrets")?
+            .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 

@@ -73,7 +73,7 @@ pub fn read_wire_key(text: &str) -> Result<PublicKey, String> {
 
 /// The node's `/public-key` document: its identity, signed by itself over
 /// the canonical JSON of the other fields.
-pub fn public_key_document(node: &Keypair, created_at: &str) -> Value {
+pub fn public_key_document(node: &Keypair, box_key: &str, created_at: &str) -> Value {
     let mut fields = Map::new();
     fields.insert("kind".into(), json!("identity/v1"));
     fields.insert(
@@ -81,6 +81,7 @@ pub fn public_key_document(node: &Keypair, created_at: &str) -> Value {
         json!(format!("fp:{}", node.fingerprint())),
     );
     fields.insert("signing_key".into(), json!(wire_key(node.public())));
+    fields.insert("box_key".into(), json!(box_key));
     fields.insert("created_at".into(), json!(created_at));
     let body = Value::Object(fields.clone());
     let hash = rye_cas::ContentHash::of(&rye_cas::canonical::to_vec(&body)).hex();
@@ -289,7 +290,8 @@ mod tests {
     #[test]
     fn the_identity_document_checks_and_a_changed_one_does_not() {
         let node = Keypair::generate().unwrap();
-        let doc = public_key_document(&node, "2026-11-25T00:00:00Z");
+        let boxed = rye_seal::BoxKey::generate().wire();
+        let doc = public_key_document(&node, &boxed, "2026-11-25T00:00:00Z");
         let key = check_public_key_document(&doc).unwrap();
         assert_eq!(key.fingerprint(), node.fingerprint());
         let mut swapped = doc.clone();

@@ -351,7 +351,8 @@ fn empty_folder(folder: &Path) -> Result<(), SyncError> {
 
 impl Runner {
     /// Runs `kind` `id` with `parameters` in `space`, trusting the key in
-    /// the PEM file `trusted_key` besides the spaces' own; the engine's
+    /// the PEM file `trusted_key` besides the spaces' own, with `secrets`
+    /// in its environment (names a run may take only); the engine's
     /// result.
     pub async fn run(
         &self,
@@ -360,6 +361,7 @@ impl Runner {
         id: &str,
         parameters: &Value,
         trusted_key: &Path,
+        secrets: &std::collections::BTreeMap<String, String>,
     ) -> Result<Value, RunError> {
         let text = |p: PathBuf| p.to_string_lossy().into_owned();
         let mut plan = rye_process::Plan::new(text(self.program.clone()))
@@ -377,6 +379,9 @@ impl Runner {
             .stdin(parameters.to_string().into_bytes())
             .timeout(self.timeout);
         for (name, value) in &self.env {
+            plan = plan.env(name, value);
+        }
+        for (name, value) in secrets {
             plan = plan.env(name, value);
         }
         plan = plan

@@ -109,6 +109,8 @@ pub struct Node {
     parsed: Parsed,
     /// This replica's name, on the runs it holds.
     replica: String,
+    /// The key secrets are sealed to (X25519), beside the signing key.
+    box_key: rye_seal::BoxKey,
 }
 
 /// Renews the leases of the runs this replica holds, four times a lease,
@@ -187,6 +189,7 @@ struct Opened {
     db: Db,
     bytes: ObjectBytes,
     key: Keypair,
+    box_key: rye_seal::BoxKey,
     key_dir: PathBuf,
 }
 
@@ -216,10 +219,13 @@ impl Opened {
             .clone()
             .unwrap_or_else(|| base.join("signing"));
         let key = keys::identity(&key_dir).map_err(StartError::Setup)?;
+        let box_key = rye_seal::BoxKey::load_or_create(&key_dir)
+            .map_err(|e| StartError::Setup(e.to_string()))?;
         Ok(Opened {
             db,
             bytes,
             key,
+            box_key,
             key_dir,
         })
     }
@@ -280,6 +286,7 @@ impl Node {
             db,
             bytes,
             key,
+            box_key,
             key_dir,
         } = Opened::open(&settings).await?;
         let base = &settings.base;
@@ -318,7 +325,11 @@ impl Node {
         let created = std::fs::metadata(&key_dir)
             .and_then(|m| m.modified())
             .unwrap_or_else(|_| SystemTime::now());
-        let identity = keys::public_key_document(&key, &rye_integrity::utc_timestamp(created));
+        let identity = keys::public_key_document(
+            &key,
+            &box_key.wire(),
+            &rye_integrity::utc_timestamp(created),
+        );
         let node = Arc::new(Node {
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             active: AtomicUsize::new(0),
@@ -330,6 +341,7 @@ impl Node {
             workspaces,
             parsed: Parsed::default(),
             replica,
+            box_key,
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
         Ok(node)
@@ -400,6 +412,9 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/user-space", get(user_space))
         .route("/execute", post(execute))
         .route("/webhook-bindings", post(bind_webhook).get(webhooks))
+        .route("/vault/set", post(vault_set))
+        .route("/vault/list", get(vault_list))
+        .route("/vault/delete", post(vault_delete))
         .route(
             "/webhook-bindings/{hook_id}",
             axum::routing::delete(unbind_webhook),
@@ -1223,6 +1238,132 @@ struct Job {
     parameters: Value,
     base: ContentHash,
     thread_id: String,
+    /// What the run's environment gets besides the node's own: the vault
+    /// secrets it names, then the envelope's (which win). Kept in memory
+    /// only, never in a record.
+    secrets: std::collections::BTreeMap<String, String>,
+    /// Names an envelope held that a run may not take.
+    skipped: Vec<String>,
+}
+
+/// Opens the secrets `body` asks for (`vault_keys`, then
+/// `secret_envelope`) for `principal`'s run; refused (400) with what is
+/// wrong before anything runs.
+async fn secrets_of(
+    node: &Node,
+    principal: &str,
+    body: &Value,
+) -> Result<(std::collections::BTreeMap<String, String>, Vec<String>), Reply> {
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, m);
+    let mut vars = std::collections::BTreeMap::new();
+    let mut skipped = Vec::new();
+    let names: Vec<String> = match body.get("vault_keys") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) if list.len() <= rye_seal::MAX_VARS => list
+            .iter()
+            .map(|n| n.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("vault_keys is a list of names".into()))?,
+        Some(_) => return Err(bad("vault_keys is a list of at most 256 names".into())),
+    };
+    let kept = node
+        .db
+        .vault_get(principal, &names)
+        .await
+        .map_err(internal)?;
+    if kept.len() != names.len() {
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !kept.iter().any(|(k, _)| k == *n))
+            .collect();
+        return Err(bad(format!("no secret {missing:?} in this key's vault")));
+    }
+    for (name, envelope) in kept {
+        let envelope: Value = serde_json::from_str(&envelope).map_err(internal)?;
+        let opened = node
+            .box_key
+            .open(&envelope)
+            .map_err(|e| internal(format!("the vault's {name}: {e}")))?;
+        vars.extend(opened.vars);
+    }
+    match body.get("secret_envelope") {
+        None | Some(Value::Null) => {}
+        Some(envelope) => {
+            let opened = node
+                .box_key
+                .open(envelope)
+                .map_err(|e| bad(format!("secret_envelope: {e}")))?;
+            vars.extend(opened.vars);
+            skipped = opened.skipped;
+        }
+    }
+    Ok((vars, skipped))
+}
+
+/// `POST /vault/set {name, envelope}`: the envelope must hold exactly
+/// `{name: value}`, sealed to this node.
+async fn vault_set(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer {
+    let body = json_body(&call.body)?;
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, m);
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no name (text)".into()))?;
+    rye_seal::name_allowed(name).map_err(|why| bad(format!("{name:?}: {why}")))?;
+    let envelope = body
+        .get("envelope")
+        .ok_or_else(|| bad("no envelope".into()))?;
+    let opened = node
+        .box_key
+        .open(envelope)
+        .map_err(|e| bad(format!("envelope: {e}")))?;
+    if opened.vars.len() != 1 || !opened.vars.contains_key(name) || !opened.skipped.is_empty() {
+        return Err(bad(format!(
+            "the envelope must hold exactly {{{name:?}: value}}"
+        )));
+    }
+    node.db
+        .vault_set(
+            &call.principal,
+            name,
+            &envelope.to_string(),
+            now_secs() as i64,
+        )
+        .await
+        .map_err(internal)?;
+    ok(json!({"stored": name}))
+}
+
+/// `GET /vault/list`: the names in the caller's vault.
+async fn vault_list(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let names = node
+        .db
+        .vault_names(&call.principal)
+        .await
+        .map_err(internal)?;
+    ok(json!({"names": names}))
+}
+
+/// `POST /vault/delete {name}`.
+async fn vault_delete(State(node): State<Arc<Node>>, call: Signed<Execute>) -> Answer {
+    let body = json_body(&call.body)?;
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no name (text)"))?;
+    if node
+        .db
+        .vault_delete(&call.principal, name)
+        .await
+        .map_err(internal)?
+    {
+        ok(json!({"deleted": name}))
+    } else {
+        Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no secret {name:?} in this key's vault"),
+        ))
+    }
 }
 
 /// `POST /webhook-bindings`: a new binding of an item and a project of
@@ -1245,16 +1386,21 @@ async fn bind_webhook(State(node): State<Arc<Node>>, call: Signed<Execute>) -> A
             ));
         }
     };
-    let sealed = |field: &str| {
-        body.get(field)
-            .is_some_and(|v| !v.is_null() && v != &json!([]))
-    };
-    if sealed("secret_envelope") || sealed("vault_keys") {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "this node takes no sealed secrets for a binding yet",
-        ));
+    // Secrets for its runs, checked now: they open for this node and
+    // name secrets the key's vault has.
+    let mut secrets = Map::new();
+    for field in ["secret_envelope", "vault_keys"] {
+        if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
+            secrets.insert(field.to_owned(), value.clone());
+        }
     }
+    let secrets = if secrets.is_empty() {
+        None
+    } else {
+        let secrets = Value::Object(secrets);
+        secrets_of(&node, &call.principal, &secrets).await?;
+        Some(secrets)
+    };
     let (hook_id, secret) = webhook::new_binding();
     let hook = Webhook {
         hook_id: hook_id.clone(),
@@ -1263,6 +1409,7 @@ async fn bind_webhook(State(node): State<Arc<Node>>, call: Signed<Execute>) -> A
         description,
         secret: secret.clone(),
         created_at: now_secs() as i64,
+        secrets,
     };
     node.db
         .bind_webhook(&call.principal, &hook, hook.created_at)
@@ -1271,8 +1418,21 @@ async fn bind_webhook(State(node): State<Arc<Node>>, call: Signed<Execute>) -> A
     ok(
         json!({"hook_id": hook_id, "hmac_secret": secret, "item_id": item_id,
               "project_path": project, "description": hook.description,
-              "has_secret_envelope": false, "vault_keys": []}),
+              "has_secret_envelope": has_envelope(&hook), "vault_keys": vault_keys(&hook)}),
     )
+}
+
+fn has_envelope(hook: &Webhook) -> bool {
+    hook.secrets
+        .as_ref()
+        .is_some_and(|s| s.get("secret_envelope").is_some())
+}
+
+fn vault_keys(hook: &Webhook) -> Value {
+    hook.secrets
+        .as_ref()
+        .and_then(|s| s.get("vault_keys").cloned())
+        .unwrap_or_else(|| json!([]))
 }
 
 /// `GET /webhook-bindings`: the caller's bindings, without their secrets.
@@ -1283,7 +1443,7 @@ async fn webhooks(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
         .map(|h| {
             json!({"hook_id": h.hook_id, "item_id": h.item_id, "project_path": h.project_path,
                    "description": h.description, "created_at": h.created_at,
-                   "has_secret_envelope": false, "vault_keys": []})
+                   "has_secret_envelope": has_envelope(h), "vault_keys": vault_keys(h)})
         })
         .collect();
     ok(json!({"bindings": listed, "remote_name": node.settings.name}))
@@ -1401,6 +1561,11 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
     if let Some(run_async) = sent.get("async") {
         body["async"] = run_async.clone();
     }
+    if let Some(Value::Object(secrets)) = &binding.secrets {
+        for (field, value) in secrets {
+            body[field.as_str()] = value.clone();
+        }
+    }
     let answer = execute_as(Arc::clone(&node), principal, body).await;
     if let Err((status, _)) = &answer
         && *status == StatusCode::SERVICE_UNAVAILABLE
@@ -1439,6 +1604,7 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
             }
         };
         let run_async = body.get("async").and_then(Value::as_bool).unwrap_or(false);
+        let (secrets, skipped) = secrets_of(&node, &principal, &body).await?;
         let permit = Arc::clone(&node.slots).try_acquire_owned().map_err(|_| {
             error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -1470,6 +1636,8 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
             parameters,
             base,
             thread_id,
+            secrets,
+            skipped,
         };
         Ok((job, permit, run_async))
     }
@@ -1547,7 +1715,7 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
     node.active.fetch_add(1, Ordering::Relaxed);
     let outcome = run_job(node, &job).await;
     node.active.fetch_sub(1, Ordering::Relaxed);
-    let (status, record, state, later) = match outcome {
+    let (status, mut record, state, later) = match outcome {
         Ok((record, later)) => {
             let state = record["status"].as_str().unwrap_or("completed").to_owned();
             (StatusCode::OK, record, state, later)
@@ -1560,6 +1728,11 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
             None,
         ),
     };
+    if !job.secrets.is_empty() || !job.skipped.is_empty() {
+        // The names the run was given, never their values.
+        record["secrets"] = json!({"names": job.secrets.keys().collect::<Vec<_>>(),
+                                   "skipped": job.skipped});
+    }
     if let Err(e) = node
         .db
         .finish_thread(&job.thread_id, &state, &record, now_secs() as i64)
@@ -1778,7 +1951,14 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
     let result = node
         .settings
         .runner
-        .run(&space, &job.kind, &job.id, &job.parameters, &trusted)
+        .run(
+            &space,
+            &job.kind,
+            &job.id,
+            &job.parameters,
+            &trusted,
+            &job.secrets,
+        )
         .await;
     let seen = watch.map(Watch::seen);
     let result = match result {
