@@ -57,6 +57,13 @@ pub enum NodeAction {
         #[arg(long = "scope")]
         scopes: Vec<String>,
     },
+    /// Check what the node stands on without serving: its database (and
+    /// its clock), its object store, its keys. Exits 1 when a check
+    /// fails.
+    Doctor {
+        #[command(flatten)]
+        stores: NodeStores,
+    },
     /// Print the node's identity: its fingerprint and public key.
     Id {
         #[command(flatten)]
@@ -434,14 +441,39 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             )?;
             Ok(())
         }
+        NodeAction::Doctor { stores } => {
+            let settings = stores.settings(rye_node::run::Runner {
+                program: PathBuf::new(),
+                env: Vec::new(),
+                timeout: Duration::from_secs(1),
+            })?;
+            let checks = runtime.block_on(rye_node::doctor(&settings));
+            let healthy = checks.iter().all(|(_, ok, _)| *ok);
+            let listed: Vec<Value> = checks
+                .into_iter()
+                .map(|(name, ok, detail)| json!({"check": name, "ok": ok, "detail": detail}))
+                .collect();
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json!({"healthy": healthy, "checks": listed}))?
+            )?;
+            if !healthy {
+                anyhow::bail!("the node's checks did not all hold");
+            }
+            Ok(())
+        }
         NodeAction::Id { stores } => {
-            let key = rye_node::keys::identity(&stores.key_dir()?).map_err(anyhow::Error::msg)?;
+            let dir = stores.key_dir()?;
+            let key = rye_node::keys::identity(&dir).map_err(anyhow::Error::msg)?;
+            let box_key = rye_seal::BoxKey::load_or_create(&dir)?;
             writeln!(
                 out,
                 "{}",
                 serde_json::to_string_pretty(&json!({
                     "node_id": format!("fp:{}", key.fingerprint()),
                     "signing_key": rye_node::keys::wire_key(key.public()),
+                    "box_key": box_key.wire(),
                 }))?
             )?;
             Ok(())

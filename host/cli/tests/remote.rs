@@ -1618,3 +1618,59 @@ fn a_run_gets_its_secrets_in_its_environment_and_nowhere_else() {
     );
     assert!(!reserved.status.success());
 }
+
+/// `rye node doctor` checks what a node stands on: healthy on the node's
+/// own stores (whichever this suite runs on), and naming what fails on a
+/// database it cannot reach.
+#[test]
+fn the_doctor_names_what_a_node_stands_on_and_what_fails() {
+    let env = env();
+    let root = env.root.path();
+    let doctor = |extra: &[&str]| {
+        let mut command = rye_in(
+            &root.join("node-home"),
+            &root.join("node-home"),
+            &[
+                "node",
+                "doctor",
+                "--base",
+                root.join("node").to_str().unwrap(),
+            ],
+        );
+        if extra.is_empty() {
+            env.shared.apply(&mut command);
+        }
+        command.args(extra);
+        let out = command.output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.success(), report)
+    };
+    let (ok, report) = doctor(&[]);
+    assert!(ok, "{report:#}");
+    let names: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for name in [
+        "database",
+        "objects",
+        "signing key",
+        "box key",
+        "private_key.pem permissions",
+    ] {
+        assert!(names.contains(&name), "{name}: {report:#}");
+    }
+    // A database that does not answer.
+    let (ok, report) = doctor(&["--database", "postgres://rye@127.0.0.1:1/none"]);
+    assert!(!ok);
+    let database = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "database")
+        .unwrap();
+    assert_eq!(database["ok"], false, "{report:#}");
+}

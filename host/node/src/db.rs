@@ -176,6 +176,21 @@ impl Db {
         })
     }
 
+    /// The database server's clock, in Unix seconds: PostgreSQL's; none
+    /// for SQLite, which is this machine's.
+    pub async fn server_time(&self) -> Result<Option<f64>, DbError> {
+        match &self.pool {
+            Pool::Sqlite(_) => Ok(None),
+            Pool::Postgres(pool) => Ok(Some(
+                sqlx::query_scalar(
+                    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+                )
+                .fetch_one(pool)
+                .await?,
+            )),
+        }
+    }
+
     /// Which database this is: `sqlite` or `postgres`.
     pub fn kind(&self) -> &'static str {
         match self.pool {
@@ -358,6 +373,16 @@ impl Db {
             .bind(principal)
             .fetch_one(pool)
             .await?
+        });
+        Ok(total.max(0) as u64)
+    }
+
+    /// The bytes every principal holds, counted.
+    pub async fn all_stored_bytes(&self) -> Result<u64, DbError> {
+        let total: i64 = on_pool!(self, pool => {
+            sqlx::query_scalar("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM objects")
+                .fetch_one(pool)
+                .await?
         });
         Ok(total.max(0) as u64)
     }

@@ -7,6 +7,7 @@ pub mod bytes;
 pub mod client;
 pub mod db;
 pub mod keys;
+pub mod metrics;
 mod parsed;
 pub mod run;
 pub mod service;
@@ -14,4 +15,4 @@ pub mod tracked;
 pub mod watch;
 pub mod webhook;
 
-pub use service::{Node, Settings, StartError, authorize_key, router, serve};
+pub use service::{Node, Settings, StartError, authorize_key, doctor, router, serve};

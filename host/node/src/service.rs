@@ -111,6 +111,7 @@ pub struct Node {
     replica: String,
     /// The key secrets are sealed to (X25519), beside the signing key.
     box_key: rye_seal::BoxKey,
+    metrics: crate::metrics::Metrics,
 }
 
 /// Renews the leases of the runs this replica holds, four times a lease,
@@ -258,6 +259,101 @@ pub async fn authorize_key(
     Ok(())
 }
 
+/// Checks what a node on `settings` stands on, without serving: the
+/// database (reached, schema applied, its clock against this machine's),
+/// the object store (a key written, read back and deleted), and the keys
+/// (loaded, private ones readable by their owner only). Each check's
+/// name, whether it holds, and what was found.
+pub async fn doctor(settings: &Settings) -> Vec<(String, bool, String)> {
+    let mut checks = Vec::new();
+    let base = &settings.base;
+    let db = match &settings.database {
+        Some(url) => Db::connect(url).await,
+        None => Db::open(&base.join("node.db")).await,
+    };
+    match db {
+        Ok(db) => {
+            checks.push((
+                "database".into(),
+                true,
+                format!("{} reached, schema up to date", db.kind()),
+            ));
+            match db.server_time().await {
+                Ok(Some(theirs)) => {
+                    let ours = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    let skew = theirs - ours;
+                    // Signed requests allow 300 s, leases a fraction of
+                    // their length: replicas need clocks that agree.
+                    checks.push((
+                        "clock".into(),
+                        skew.abs() <= 5.0,
+                        format!("the database's clock is {skew:+.3} s from this machine's"),
+                    ));
+                }
+                Ok(None) => {}
+                Err(e) => checks.push(("clock".into(), false, e.to_string())),
+            }
+        }
+        Err(e) => checks.push(("database".into(), false, e.to_string())),
+    }
+    let bytes = match &settings.objects {
+        Some(url) => ObjectBytes::connect(url, &settings.object_options),
+        None => ObjectBytes::local(&base.join("objects")),
+    };
+    match bytes {
+        Ok(bytes) => match bytes.check().await {
+            Ok(()) => checks.push((
+                "objects".into(),
+                true,
+                "a key written, read back and deleted".into(),
+            )),
+            Err(e) => checks.push(("objects".into(), false, e.to_string())),
+        },
+        Err(e) => checks.push(("objects".into(), false, e.to_string())),
+    }
+    let key_dir = settings
+        .signing_key_dir
+        .clone()
+        .unwrap_or_else(|| base.join("signing"));
+    match Keypair::load(&key_dir) {
+        Ok(key) => checks.push((
+            "signing key".into(),
+            true,
+            format!("fp:{}", key.fingerprint()),
+        )),
+        Err(e) => checks.push((
+            "signing key".into(),
+            false,
+            format!("{}: {e}", key_dir.display()),
+        )),
+    }
+    match std::fs::read_to_string(key_dir.join("box_key.pem")) {
+        Ok(_) => match rye_seal::BoxKey::load_or_create(&key_dir) {
+            Ok(key) => checks.push(("box key".into(), true, format!("fp:{}", key.fingerprint()))),
+            Err(e) => checks.push(("box key".into(), false, e.to_string())),
+        },
+        Err(e) => checks.push((
+            "box key".into(),
+            false,
+            format!("{}: {e}", key_dir.join("box_key.pem").display()),
+        )),
+    }
+    for private in ["private_key.pem", "box_key.pem"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(meta) = std::fs::metadata(key_dir.join(private)) {
+            let mode = meta.permissions().mode() & 0o777;
+            checks.push((
+                format!("{private} permissions"),
+                mode & 0o077 == 0,
+                format!("{mode:o}"),
+            ));
+        }
+    }
+    checks
+}
+
 /// This replica's name, kept in its folder so that a replica started again
 /// knows the runs its earlier process held.
 fn replica_name(base: &std::path::Path) -> Result<String, StartError> {
@@ -342,6 +438,7 @@ impl Node {
             parsed: Parsed::default(),
             replica,
             box_key,
+            metrics: crate::metrics::Metrics::default(),
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
         Ok(node)
@@ -397,6 +494,37 @@ impl Node {
     }
 }
 
+/// Counts every request by its route and status, with its latency.
+async fn counted(
+    State(node): State<Arc<Node>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    node.metrics
+        .request(&route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// `GET /metrics` (no auth, like `/health`): Prometheus' text format.
+async fn metrics(State(node): State<Arc<Node>>) -> Result<axum::response::Response, Reply> {
+    let stored = node.db.all_stored_bytes().await.map_err(internal)?;
+    let text = node.metrics.render(
+        node.active.load(Ordering::Relaxed),
+        node.settings.max_concurrent,
+        stored,
+    );
+    Ok(axum::response::Response::builder()
+        .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+        .body(axum::body::Body::from(text))
+        .expect("a valid response"))
+}
+
 /// The service's routes over `node`.
 pub fn router(node: Arc<Node>) -> axum::Router {
     let limit = node.settings.max_request_bytes;
@@ -422,6 +550,11 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/threads", get(threads))
         .route("/threads/{id}", get(thread))
         .route("/history", get(history))
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node),
+            counted,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(node)
 }
@@ -1728,6 +1861,7 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
             None,
         ),
     };
+    node.metrics.run_ended(&state);
     if !job.secrets.is_empty() || !job.skipped.is_empty() {
         // The names the run was given, never their values.
         record["secrets"] = json!({"names": job.secrets.keys().collect::<Vec<_>>(),

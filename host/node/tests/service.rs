@@ -183,7 +183,9 @@ fn remote(url: &str) -> Remote {
         name: "test".into(),
         url: url.to_owned(),
         node_id: None,
-        timeout: Duration::from_secs(30),
+        // A loaded machine storing thousands of objects in the S3 server
+        // takes its time over one request.
+        timeout: Duration::from_secs(120),
     }
 }
 
@@ -363,6 +365,22 @@ async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope_
     assert_eq!(status, 401, "replayed after a restart: {answer}");
     let (status, _) = fresh((&again.url, &fp), &alice, "POST", "/objects/has", &body).await;
     assert_eq!(status, 200);
+
+    // What the restarted node answered, counted.
+    let text = reqwest::get(format!("{}/metrics", again.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "rye_node_requests_total{route=\"/objects/has\",status=\"401\"} 1\n",
+        "rye_node_requests_total{route=\"/objects/has\",status=\"200\"} 1\n",
+        "rye_node_request_seconds_count{route=\"/objects/has\"} 2\n",
+        "rye_node_runs_active 0\n",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

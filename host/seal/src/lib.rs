@@ -170,6 +170,9 @@ impl BoxKey {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 use std::io::Write as _;
+                // Replicas starting at once on one key folder: the first
+                // writes the key, the others read it.
+                let made = |name: &str| dir.join(name).exists();
                 use std::os::unix::fs::OpenOptionsExt as _;
                 std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
                 let key = BoxKey::generate();
@@ -182,11 +185,17 @@ impl BoxKey {
                         .and_then(|mut f| f.write_all(text.as_bytes()))
                         .map_err(|e| fail(format!("{name}: {e}")))
                 };
-                write(
+                if let Err(e) = write(
                     "box_key.pem",
                     URL_SAFE_NO_PAD.encode(key.secret.to_bytes()),
                     0o600,
-                )?;
+                ) {
+                    if made("box_key.pem") {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        return BoxKey::load_or_create(dir);
+                    }
+                    return Err(e);
+                }
                 write(
                     "box_pub.pem",
                     URL_SAFE_NO_PAD.encode(key.public_bytes()),
