@@ -84,6 +84,15 @@ pub struct Webhook {
     pub secrets: Option<serde_json::Value>,
 }
 
+/// What a revocation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoked {
+    Gone,
+    NotFound,
+    /// Refused: it is the last key that may manage keys.
+    LastManager,
+}
+
 /// What a delivery is to the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivered {
@@ -553,6 +562,54 @@ impl Db {
             .rows_affected()
         });
         Ok(())
+    }
+
+    /// Revokes the key `fingerprint`, unless no key `manages` (a test of
+    /// a key's document) would be left: checked and done as one, so two
+    /// revocations at once cannot both pass the check.
+    pub async fn revoke_key(
+        &self,
+        fingerprint: &str,
+        manages: impl Fn(&str) -> bool,
+    ) -> Result<Revoked, DbError> {
+        macro_rules! revoke {
+            ($tx:ident) => {{
+                let gone = sqlx::query("DELETE FROM authorized_keys WHERE fingerprint = $1")
+                    .bind(fingerprint)
+                    .execute(&mut *$tx)
+                    .await?
+                    .rows_affected();
+                if gone == 0 {
+                    return Ok(Revoked::NotFound);
+                }
+                let left: Vec<String> = sqlx::query_scalar("SELECT document FROM authorized_keys")
+                    .fetch_all(&mut *$tx)
+                    .await?;
+                if !left.iter().any(|doc| manages(doc)) {
+                    $tx.rollback().await?;
+                    return Ok(Revoked::LastManager);
+                }
+                $tx.commit().await?;
+                Ok(Revoked::Gone)
+            }};
+        }
+        match &self.pool {
+            // The delete takes SQLite's one write lock before the rest is
+            // read.
+            Pool::Sqlite(pool) => {
+                let mut tx = pool.begin().await?;
+                revoke!(tx)
+            }
+            // PostgreSQL: one revocation at a time, by a lock held until
+            // the transaction ends.
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(7310201)")
+                    .execute(&mut *tx)
+                    .await?;
+                revoke!(tx)
+            }
+        }
     }
 
     /// Records a run that starts now, held by `replica` until `lease_until`.

@@ -36,6 +36,8 @@ pub const SCOPE_PUSH: &str = "node.push";
 pub const SCOPE_EXECUTE: &str = "node.execute";
 /// Reading objects, history and runs.
 pub const SCOPE_READ: &str = "node.read";
+/// Authorizing and revoking keys.
+pub const SCOPE_MANAGE: &str = "node.auth.manage";
 
 /// The node's own keypair: read from `dir`, or made there on first start.
 pub fn identity(dir: &Path) -> Result<Keypair, String> {

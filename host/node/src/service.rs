@@ -494,6 +494,99 @@ impl Node {
     }
 }
 
+/// `POST /admin/authorized-keys {public_key, label, scopes, expires_at}`:
+/// authorizes a key by a document this node signs.
+async fn admin_authorize(State(node): State<Arc<Node>>, call: Signed<Manage>) -> Answer {
+    let body = json_body(&call.body)?;
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, m);
+    let wire = body
+        .get("public_key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no public_key (ed25519:<base64 PEM>)".into()))?;
+    let key = keys::read_wire_key(wire).map_err(bad)?;
+    let label = body.get("label").and_then(Value::as_str).unwrap_or("");
+    let scopes: Vec<String> = match body.get("scopes") {
+        None | Some(Value::Null) => vec![keys::ALL_SCOPES.to_owned()],
+        Some(Value::Array(list)) if !list.is_empty() => list
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("scopes is a list of names".into()))?,
+        Some(_) => return Err(bad("scopes is a list of names, at least one".into())),
+    };
+    let expires_at = body.get("expires_at").and_then(Value::as_str);
+    let document = keys::authorization(
+        &node.key,
+        &key,
+        label,
+        &scopes,
+        expires_at,
+        &format!("admin:fp:{}", call.principal),
+        SystemTime::now(),
+    )
+    .map_err(bad)?;
+    node.db
+        .authorize(key.fingerprint(), &document, now_secs() as i64)
+        .await
+        .map_err(internal)?;
+    ok(
+        json!({"fingerprint": format!("fp:{}", key.fingerprint()), "label": label,
+              "scopes": scopes, "expires_at": expires_at}),
+    )
+}
+
+/// `GET /admin/authorized-keys`: every key the node lets in.
+async fn admin_keys(State(node): State<Arc<Node>>, _call: Signed<Manage>) -> Answer {
+    let listed: Vec<Value> = node
+        .db
+        .authorized_keys()
+        .await
+        .map_err(internal)?
+        .into_iter()
+        .filter_map(|(fp, doc)| {
+            let key = keys::read_authorization(&doc, node.key.public()).ok()?;
+            Some(
+                json!({"fingerprint": format!("fp:{fp}"), "label": key.label,
+                        "scopes": key.scopes, "expires_at": key.expires_at}),
+            )
+        })
+        .collect();
+    ok(json!({"keys": listed}))
+}
+
+/// `DELETE /admin/authorized-keys/{fingerprint}`: never the last key that
+/// may manage keys (409), so a node cannot lock its administrators out.
+async fn admin_revoke(
+    State(node): State<Arc<Node>>,
+    UrlPath(fingerprint): UrlPath<String>,
+    _call: Signed<Manage>,
+) -> Answer {
+    let fingerprint = fingerprint.trim_start_matches("fp:").to_owned();
+    let public = node.key.public().clone();
+    let manages = move |doc: &str| {
+        keys::read_authorization(doc, &public)
+            .is_ok_and(|a| a.allows(keys::SCOPE_MANAGE, SystemTime::now()))
+    };
+    match node
+        .db
+        .revoke_key(&fingerprint, manages)
+        .await
+        .map_err(internal)?
+    {
+        crate::db::Revoked::Gone => ok(json!({"revoked": format!("fp:{fingerprint}")})),
+        crate::db::Revoked::NotFound => Err(error(
+            StatusCode::NOT_FOUND,
+            format!("fp:{fingerprint} is not authorized here"),
+        )),
+        crate::db::Revoked::LastManager => Err(error(
+            StatusCode::CONFLICT,
+            format!(
+                "fp:{fingerprint} is the last key that may manage keys; authorize another first"
+            ),
+        )),
+    }
+}
+
 /// Counts every request by its route and status, with its latency.
 async fn counted(
     State(node): State<Arc<Node>>,
@@ -551,6 +644,14 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/threads/{id}", get(thread))
         .route("/history", get(history))
         .route("/metrics", get(metrics))
+        .route(
+            "/admin/authorized-keys",
+            post(admin_authorize).get(admin_keys),
+        )
+        .route(
+            "/admin/authorized-keys/{fingerprint}",
+            axum::routing::delete(admin_revoke),
+        )
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
             counted,
@@ -679,6 +780,10 @@ impl Scope for Execute {
 struct Read;
 impl Scope for Read {
     const NAME: &'static str = SCOPE_READ;
+}
+struct Manage;
+impl Scope for Manage {
+    const NAME: &'static str = keys::SCOPE_MANAGE;
 }
 
 /// A request whose signature holds, by a key allowed scope `S`: who sent

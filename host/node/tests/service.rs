@@ -1039,3 +1039,113 @@ async fn two_replicas_on_one_database_and_bucket_answer_as_one_node() {
     a.task.abort();
     b.task.abort();
 }
+
+/// Keys authorized, listed and revoked through the admin endpoints, each
+/// by a key allowed to manage keys: scopes and expiry hold on every
+/// request, and the last key that may manage keys cannot be revoked, not
+/// even by two managers revoking each other at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_are_managed_by_managers_and_the_last_manager_stays() {
+    for stores in all_stores("keys are managed by managers and the last manager stays") {
+        keys_are_managed_on(stores).await;
+    }
+}
+
+async fn keys_are_managed_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(&dir.path().join("node"), &stores).await;
+    let fp = served.node.fingerprint().to_owned();
+    let to = (served.url.as_str(), fp.as_str());
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let wire = |key: &Keypair| rye_node::keys::wire_key(key.public());
+    let admit = |key: &Keypair, scopes: Value, expires: Option<&str>| json!({"public_key": wire(key), "label": "k", "scopes": scopes, "expires_at": expires});
+    let (bob, carol, dave) = (
+        Keypair::generate().unwrap(),
+        Keypair::generate().unwrap(),
+        Keypair::generate().unwrap(),
+    );
+    let path = "/admin/authorized-keys";
+    let (status, answer) = fresh(
+        to,
+        &alice,
+        "POST",
+        path,
+        &admit(&bob, json!(["node.read"]), None),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let expired = admit(&carol, json!(["*"]), Some("2020-01-01T00:00:00Z"));
+    assert_eq!(fresh(to, &alice, "POST", path, &expired).await.0, 200);
+
+    // Scopes and expiry, on every request.
+    assert_eq!(
+        fresh(to, &bob, "GET", "/threads", &Value::Null).await.0,
+        200
+    );
+    let has = json!({"hashes": []});
+    assert_eq!(fresh(to, &bob, "POST", "/objects/has", &has).await.0, 403);
+    assert_eq!(fresh(to, &bob, "GET", path, &Value::Null).await.0, 403);
+    assert_eq!(
+        fresh(to, &carol, "GET", "/threads", &Value::Null).await.0,
+        403
+    );
+    let odd = admit(&dave, json!(["*"]), Some("next week"));
+    assert_eq!(fresh(to, &alice, "POST", path, &odd).await.0, 400);
+    let (status, listed) = fresh(to, &alice, "GET", path, &Value::Null).await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 3, "{listed}");
+
+    // The only manager stays; with another, either may go.
+    let alice_at = format!("{path}/fp:{}", alice.fingerprint());
+    let (status, answer) = fresh(to, &alice, "DELETE", &alice_at, &Value::Null).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(
+        fresh(to, &alice, "POST", path, &admit(&dave, json!(["*"]), None))
+            .await
+            .0,
+        200
+    );
+    let gone = format!("{path}/fp:{}", bob.fingerprint());
+    assert_eq!(
+        fresh(to, &alice, "DELETE", &gone, &Value::Null).await.0,
+        200
+    );
+    assert_eq!(
+        fresh(to, &bob, "GET", "/threads", &Value::Null).await.0,
+        401
+    );
+    assert_eq!(
+        fresh(to, &alice, "DELETE", &gone, &Value::Null).await.0,
+        404
+    );
+
+    // Two managers revoking each other at once: one of them stays.
+    let dave_at = format!("{path}/fp:{}", dave.fingerprint());
+    let (a, d) = tokio::join!(
+        fresh(to, &alice, "DELETE", &dave_at, &Value::Null),
+        fresh(to, &dave, "DELETE", &alice_at, &Value::Null),
+    );
+    let mut statuses = [a.0, d.0];
+    statuses.sort();
+    assert!(
+        statuses == [200, 409] || statuses == [200, 401],
+        "{a:?} {d:?}"
+    );
+    let managers: Vec<String> = served
+        .node
+        .db()
+        .authorized_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(fp, _)| fp)
+        .filter(|fp| *fp == alice.fingerprint() || *fp == dave.fingerprint())
+        .collect();
+    assert_eq!(managers.len(), 1, "{managers:?}");
+    served.task.abort();
+}
