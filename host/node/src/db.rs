@@ -301,28 +301,34 @@ impl Db {
         principal: &str,
         hashes: &[String],
     ) -> Result<HashSet<String>, DbError> {
-        let rows: Vec<String> =
-            match &self.pool {
-                Pool::Sqlite(pool) => {
-                    let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
-                    sqlx::query_scalar(
-                        "SELECT asked.value FROM json_each($2) AS asked LEFT JOIN objects o \
+        let rows: Vec<String> = match &self.pool {
+            Pool::Sqlite(pool) => {
+                let list = serde_json::to_string(hashes).unwrap_or_else(|_| "[]".into());
+                sqlx::query_scalar(
+                    "SELECT asked.value FROM json_each($2) AS asked LEFT JOIN objects o \
                      ON o.principal = $1 AND o.hash = asked.value WHERE o.hash IS NULL",
-                    )
-                    .bind(principal)
-                    .bind(list)
-                    .fetch_all(pool)
-                    .await?
-                }
-                Pool::Postgres(pool) => sqlx::query_scalar(
+                )
+                .bind(principal)
+                .bind(list)
+                .fetch_all(pool)
+                .await?
+            }
+            Pool::Postgres(pool) => {
+                // Asked in index order, PostgreSQL's lookups walk the index
+                // forward.
+                let mut sorted: Vec<&str> = hashes.iter().map(String::as_str).collect();
+                sorted.sort_unstable();
+                sorted.dedup();
+                sqlx::query_scalar(
                     "SELECT asked.hash FROM UNNEST($2::text[]) AS asked(hash) LEFT JOIN objects o \
                      ON o.principal = $1 AND o.hash = asked.hash WHERE o.hash IS NULL",
                 )
                 .bind(principal)
-                .bind(hashes)
+                .bind(&sorted)
                 .fetch_all(pool)
-                .await?,
-            };
+                .await?
+            }
+        };
         Ok(rows.into_iter().collect())
     }
 
