@@ -42,6 +42,13 @@ pub enum NodeAction {
         /// marked interrupted by another this long after.
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         lease: u64,
+        /// Requests a minute each key may make of this replica on
+        /// average (0: no limit); one more is answered 429.
+        #[arg(long, default_value_t = 0, value_name = "PER_MINUTE")]
+        rate_limit: u32,
+        /// Requests a key may make at once before --rate-limit applies.
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        rate_burst: u32,
     },
     /// Authorize a key to call the node (written to the node's database,
     /// signed by the node's key).
@@ -354,6 +361,8 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             timeout,
             max_request_bytes,
             lease,
+            rate_limit,
+            rate_burst,
         } => {
             let mut env: Vec<(String, String)> = PASSED
                 .iter()
@@ -376,6 +385,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             settings.max_concurrent = max_concurrent.max(1);
             settings.max_request_bytes = max_request_bytes.max(1 << 20);
             settings.lease = Duration::from_secs(lease.max(1));
+            settings.rate_limit = (rate_limit, rate_burst);
             settings.bootstrap = std::env::var("BOOTSTRAP_PUBLIC_KEY")
                 .ok()
                 .filter(|k| !k.is_empty())

@@ -7,6 +7,7 @@ pub mod bytes;
 pub mod client;
 pub mod db;
 pub mod keys;
+pub mod limits;
 pub mod metrics;
 mod parsed;
 pub mod run;

@@ -65,6 +65,9 @@ pub struct Settings {
     pub max_user_storage_bytes: u64,
     /// The version of Rye the node runs items with.
     pub system_version: String,
+    /// Requests a minute each key may make of this replica on average,
+    /// and at once; 0: no limit.
+    pub rate_limit: (u32, u32),
     /// How long a run stays held by its replica without a renewal; a
     /// replica renews its runs four times as often, and a run whose
     /// replica died is marked interrupted this long after.
@@ -90,6 +93,7 @@ impl Settings {
             max_user_storage_bytes: 10 << 30,
             system_version: env!("CARGO_PKG_VERSION").into(),
             lease: std::time::Duration::from_secs(60),
+            rate_limit: (0, 0),
             bootstrap: None,
             runner,
         }
@@ -112,6 +116,7 @@ pub struct Node {
     /// The key secrets are sealed to (X25519), beside the signing key.
     box_key: rye_seal::BoxKey,
     metrics: crate::metrics::Metrics,
+    rate_limit: Option<crate::limits::RateLimit>,
 }
 
 /// Renews the leases of the runs this replica holds, four times a lease,
@@ -426,6 +431,8 @@ impl Node {
             &box_key.wire(),
             &rye_integrity::utc_timestamp(created),
         );
+        let rate_limit =
+            crate::limits::RateLimit::new(settings.rate_limit.0, settings.rate_limit.1);
         let node = Arc::new(Node {
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             active: AtomicUsize::new(0),
@@ -439,9 +446,25 @@ impl Node {
             replica,
             box_key,
             metrics: crate::metrics::Metrics::default(),
+            rate_limit,
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
         Ok(node)
+    }
+
+    /// A 429 when `principal` is over its rate limit.
+    fn over_limit(&self, principal: &str) -> Result<(), Reply> {
+        let Some(limit) = &self.rate_limit else {
+            return Ok(());
+        };
+        limit.take(principal, std::time::Instant::now()).map_err(|wait| {
+            let ms = wait.as_millis().max(1) as u64;
+            reply(
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"error": format!("key fp:{principal} is over its rate limit; try again in {ms} ms"),
+                       "retry_after_ms": ms}),
+            )
+        })
     }
 
     /// How long a run's lease lasts from its last renewal.
@@ -748,6 +771,7 @@ async fn signed(
             ),
         ));
     }
+    node.over_limit(&verified.fingerprint)?;
     let fresh = node
         .db
         .fresh_nonce(
@@ -1772,6 +1796,7 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
     if !allowed {
         return Err(invalid_webhook("the binding's key may no longer run items"));
     }
+    node.over_limit(&principal)?;
     match node
         .db
         .delivered(

@@ -1149,3 +1149,68 @@ async fn keys_are_managed_on(stores: Stores) {
     assert_eq!(managers.len(), 1, "{managers:?}");
     served.task.abort();
 }
+
+/// A key over its rate limit is answered 429 with how long to wait,
+/// before the request costs the database anything (its nonce stays
+/// unspent), and other keys are not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_its_rate_limit_waits_and_others_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner {
+        program: "/nonexistent/rye".into(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let mut settings = Stores::Local.settings(&dir.path().join("node"), runner);
+    // One a minute after a burst of three: the fourth waits, however
+    // slowly the first three went.
+    settings.rate_limit = (1, 3);
+    let served = serve_with(settings).await;
+    let fp = served.node.fingerprint().to_owned();
+    let to = (served.url.as_str(), fp.as_str());
+    let (alice, bob) = (Keypair::generate().unwrap(), Keypair::generate().unwrap());
+    for (key, name) in [(&alice, "alice"), (&bob, "bob")] {
+        served
+            .node
+            .authorize(key.public(), name, &["*".into()])
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            fresh(to, &alice, "GET", "/threads", &Value::Null).await.0,
+            200
+        );
+    }
+    let (at, once) = (now(), nonce());
+    let (status, answer) = raw(to, &alice, "GET", "/threads", &Value::Null, at, &once).await;
+    assert_eq!(status, 429, "{answer}");
+    let wait = answer["retry_after_ms"].as_u64().unwrap();
+    assert!((1_000..=60_000).contains(&wait), "{answer}");
+    assert_eq!(
+        fresh(to, &bob, "GET", "/threads", &Value::Null).await.0,
+        200
+    );
+    // Refused before its nonce was spent: the database has not seen it,
+    // where it has seen the nonce of a request it took.
+    let nonce_key = |key: &Keypair, nonce: &str| {
+        use sha2::Digest as _;
+        let digest = hex::encode(sha2::Sha256::digest(nonce.as_bytes()));
+        format!("{}:{}", key.fingerprint(), &digest[..32])
+    };
+    let taken = nonce();
+    let (status, _) = raw(to, &bob, "GET", "/threads", &Value::Null, now(), &taken).await;
+    assert_eq!(status, 200);
+    let db = served.node.db();
+    assert!(
+        !db.fresh_nonce(&nonce_key(&bob, &taken), now() as i64, 360)
+            .await
+            .unwrap()
+    );
+    assert!(
+        db.fresh_nonce(&nonce_key(&alice, &once), now() as i64, 360)
+            .await
+            .unwrap()
+    );
+    served.task.abort();
+}
