@@ -117,11 +117,14 @@ impl NodeStores {
         Ok(settings)
     }
 
-    fn key_dir(&self) -> anyhow::Result<PathBuf> {
-        match &self.key_dir {
-            Some(dir) => Ok(dir.clone()),
-            None => Ok(node_base(self.base.clone())?.join("signing")),
-        }
+    /// Settings for a command that administers the node and runs
+    /// nothing.
+    fn admin_settings(self) -> anyhow::Result<rye_node::Settings> {
+        self.settings(rye_node::run::Runner {
+            program: PathBuf::new(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(1),
+        })
     }
 }
 
@@ -437,11 +440,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             } else {
                 scopes
             };
-            let settings = stores.settings(rye_node::run::Runner {
-                program: PathBuf::new(),
-                env: Vec::new(),
-                timeout: Duration::from_secs(1),
-            })?;
+            let settings = stores.admin_settings()?;
             runtime.block_on(rye_node::authorize_key(&settings, &public, &label, &scopes))?;
             writeln!(
                 out,
@@ -452,11 +451,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             Ok(())
         }
         NodeAction::Doctor { stores } => {
-            let settings = stores.settings(rye_node::run::Runner {
-                program: PathBuf::new(),
-                env: Vec::new(),
-                timeout: Duration::from_secs(1),
-            })?;
+            let settings = stores.admin_settings()?;
             let checks = runtime.block_on(rye_node::doctor(&settings));
             let healthy = checks.iter().all(|(_, ok, _)| *ok);
             let listed: Vec<Value> = checks
@@ -474,7 +469,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             Ok(())
         }
         NodeAction::Id { stores } => {
-            let dir = stores.key_dir()?;
+            let dir = stores.admin_settings()?.key_dir();
             let key = rye_node::keys::identity(&dir).map_err(anyhow::Error::msg)?;
             let box_key = rye_seal::BoxKey::load_or_create(&dir)?;
             writeln!(

@@ -100,6 +100,31 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// The folder of the node's signing and box keys.
+    pub fn key_dir(&self) -> PathBuf {
+        self.signing_key_dir
+            .clone()
+            .unwrap_or_else(|| self.base.join("signing"))
+    }
+
+    /// The database these settings name, its schema brought up to date.
+    async fn open_db(&self) -> Result<Db, DbError> {
+        match &self.database {
+            Some(url) => Db::connect(url).await,
+            None => Db::open(&self.base.join("node.db")).await,
+        }
+    }
+
+    /// The object store these settings name (not yet asked anything).
+    fn object_bytes(&self) -> std::io::Result<ObjectBytes> {
+        match &self.objects {
+            Some(url) => ObjectBytes::connect(url, &self.object_options),
+            None => ObjectBytes::local(&self.base.join("objects")),
+        }
+    }
+}
+
 /// A running node.
 pub struct Node {
     db: Db,
@@ -204,26 +229,16 @@ impl Opened {
         let base = &settings.base;
         std::fs::create_dir_all(base)
             .map_err(|e| StartError::Setup(format!("{}: {e}", base.display())))?;
-        let db = match &settings.database {
-            Some(url) => Db::connect(url).await?,
-            None => Db::open(&base.join("node.db")).await?,
-        };
-        let bytes = match &settings.objects {
-            Some(url) => {
-                let bytes = ObjectBytes::connect(url, &settings.object_options)
-                    .map_err(|e| StartError::Setup(e.to_string()))?;
-                bytes.check().await.map_err(|e| {
-                    StartError::Setup(format!("the object store {url} does not answer: {e}"))
-                })?;
-                bytes
-            }
-            None => ObjectBytes::local(&base.join("objects"))
-                .map_err(|e| StartError::Setup(format!("the object store: {e}")))?,
-        };
-        let key_dir = settings
-            .signing_key_dir
-            .clone()
-            .unwrap_or_else(|| base.join("signing"));
+        let db = settings.open_db().await?;
+        let bytes = settings
+            .object_bytes()
+            .map_err(|e| StartError::Setup(format!("the object store: {e}")))?;
+        if let Some(url) = &settings.objects {
+            bytes.check().await.map_err(|e| {
+                StartError::Setup(format!("the object store {url} does not answer: {e}"))
+            })?;
+        }
+        let key_dir = settings.key_dir();
         let key = keys::identity(&key_dir).map_err(StartError::Setup)?;
         let box_key = rye_seal::BoxKey::load_or_create(&key_dir)
             .map_err(|e| StartError::Setup(e.to_string()))?;
@@ -271,12 +286,7 @@ pub async fn authorize_key(
 /// name, whether it holds, and what was found.
 pub async fn doctor(settings: &Settings) -> Vec<(String, bool, String)> {
     let mut checks = Vec::new();
-    let base = &settings.base;
-    let db = match &settings.database {
-        Some(url) => Db::connect(url).await,
-        None => Db::open(&base.join("node.db")).await,
-    };
-    match db {
+    match settings.open_db().await {
         Ok(db) => {
             checks.push((
                 "database".into(),
@@ -303,11 +313,7 @@ pub async fn doctor(settings: &Settings) -> Vec<(String, bool, String)> {
         }
         Err(e) => checks.push(("database".into(), false, e.to_string())),
     }
-    let bytes = match &settings.objects {
-        Some(url) => ObjectBytes::connect(url, &settings.object_options),
-        None => ObjectBytes::local(&base.join("objects")),
-    };
-    match bytes {
+    match settings.object_bytes() {
         Ok(bytes) => match bytes.check().await {
             Ok(()) => checks.push((
                 "objects".into(),
@@ -318,10 +324,7 @@ pub async fn doctor(settings: &Settings) -> Vec<(String, bool, String)> {
         },
         Err(e) => checks.push(("objects".into(), false, e.to_string())),
     }
-    let key_dir = settings
-        .signing_key_dir
-        .clone()
-        .unwrap_or_else(|| base.join("signing"));
+    let key_dir = settings.key_dir();
     match Keypair::load(&key_dir) {
         Ok(key) => checks.push((
             "signing key".into(),
