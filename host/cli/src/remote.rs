@@ -49,6 +49,21 @@ pub enum NodeAction {
         /// Requests a key may make at once before --rate-limit applies.
         #[arg(long, default_value_t = 100, value_name = "N")]
         rate_burst: u32,
+        /// Seconds between this replica's garbage collections of every
+        /// key's objects (0: only when a key asks, or passes its quota).
+        #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+        gc_every: u64,
+        /// Seconds an object stays after it was last held or stopped
+        /// being held (a push has this long from its upload to its head).
+        #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+        gc_grace: u64,
+        /// Snapshots younger than this many days are kept.
+        #[arg(long, default_value_t = 7, value_name = "DAYS")]
+        gc_retention_days: u64,
+        /// The last this many pushes of each project are kept, whatever
+        /// their age.
+        #[arg(long, default_value_t = 3, value_name = "N")]
+        gc_keep_pushes: usize,
     },
     /// Authorize a key to call the node (written to the node's database,
     /// signed by the node's key).
@@ -195,6 +210,29 @@ pub enum RemoteAction {
         remote: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
+    },
+    /// Collect this key's objects on the node now: what no head, kept
+    /// snapshot or recent run reaches is let go (with --dry-run, only
+    /// counted). `gc stats` shows what the key holds and its last
+    /// collections.
+    Gc {
+        /// `stats` for what the key holds and its last collections.
+        #[arg(value_name = "stats")]
+        what: Option<String>,
+        #[arg(long)]
+        remote: Option<String>,
+        #[arg(long)]
+        dry_run: bool,
+        /// Keep only what heads, the last push and runs under way reach.
+        #[arg(long)]
+        aggressive: bool,
+        /// Keep snapshots younger than this many days (the node's setting
+        /// otherwise).
+        #[arg(long, value_name = "DAYS")]
+        retention_days: Option<u64>,
+        /// Keep the last this many pushes of each project.
+        #[arg(long, value_name = "N")]
+        keep_pushes: Option<u64>,
     },
     /// Bring the node's head into the project: merged three ways with
     /// local changes; conflicting paths are left as they are and named.
@@ -366,6 +404,10 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             lease,
             rate_limit,
             rate_burst,
+            gc_every,
+            gc_grace,
+            gc_retention_days,
+            gc_keep_pushes,
         } => {
             let mut env: Vec<(String, String)> = PASSED
                 .iter()
@@ -389,6 +431,12 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             settings.max_request_bytes = max_request_bytes.max(1 << 20);
             settings.lease = Duration::from_secs(lease.max(1));
             settings.rate_limit = (rate_limit, rate_burst);
+            settings.gc.every = (gc_every > 0).then(|| Duration::from_secs(gc_every));
+            settings.gc.grace = Duration::from_secs(gc_grace);
+            settings.gc.retention = rye_node::service::Retention {
+                days: gc_retention_days,
+                pushes: gc_keep_pushes,
+            };
             settings.bootstrap = std::env::var("BOOTSTRAP_PUBLIC_KEY")
                 .ok()
                 .filter(|k| !k.is_empty())
@@ -548,6 +596,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Execute { remote, .. }
         | RemoteAction::Threads { remote, .. }
         | RemoteAction::History { remote, .. }
+        | RemoteAction::Gc { remote, .. }
         | RemoteAction::Webhook { remote, .. }
         | RemoteAction::Vault { remote, .. }
         | RemoteAction::Pull { remote, .. } => remote.clone(),
@@ -733,6 +782,23 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     client::encode(&project_path)
                 );
                 client.call("GET", "/history", Some(&query), None).await
+            }
+            RemoteAction::Gc {
+                what: Some(what), ..
+            } if what == "stats" => client.call("GET", "/gc/stats", None, None).await,
+            RemoteAction::Gc { what: Some(what), .. } => Err(client::ClientError::Local(format!(
+                "rye remote gc [stats]: {what:?} is not stats"
+            ))),
+            RemoteAction::Gc {
+                dry_run,
+                aggressive,
+                retention_days,
+                keep_pushes,
+                ..
+            } => {
+                let body = json!({"dry_run": dry_run, "aggressive": aggressive,
+                                  "retention_days": retention_days, "max_manual_pushes": keep_pushes});
+                client.call("POST", "/gc", None, Some(&body)).await
             }
             RemoteAction::Pull {
                 thread_id: Some(thread_id),

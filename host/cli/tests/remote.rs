@@ -458,6 +458,29 @@ fn a_change_the_watch_cannot_see_is_folded_back_after_the_answer() {
     );
     env.ok(&["remote", "pull"]);
     assert_eq!(env.read(".ai/knowledge/notes/a.md"), "# a\nsneaked in\n");
+
+    // Collected now: everything was held within the grace period, so
+    // nothing goes, and the count says what would past it.
+    let counted = env.ok(&[
+        "remote",
+        "gc",
+        "--dry-run",
+        "--retention-days",
+        "0",
+        "--keep-pushes",
+        "1",
+    ]);
+    assert_eq!(counted["status"], "ok", "{counted:#}");
+    assert!(
+        counted["kept_snapshots"].as_u64().unwrap() >= 1,
+        "{counted:#}"
+    );
+    assert_eq!(counted["swept_objects"], 0, "{counted:#}");
+    let collected = env.ok(&["remote", "gc"]);
+    assert_eq!(collected["swept_objects"], 0, "{collected:#}");
+    let stats = env.ok(&["remote", "gc", "stats"]);
+    assert_eq!(stats["last"][0]["reason"], "asked", "{stats:#}");
+    assert!(stats["stored_bytes"].as_u64().unwrap() > 0, "{stats:#}");
     assert_eq!(env.read(".ai/knowledge/notes/b.md"), "# b\n");
 }
 

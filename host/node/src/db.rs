@@ -133,6 +133,74 @@ macro_rules! on_pool {
     };
 }
 
+/// Moves a head from `expected` (none: the project has none yet) to
+/// `new` through `$on` (a pool or a transaction); rows changed (1: moved).
+macro_rules! set_head {
+    ($on:expr, $principal:expr, $project:expr, $expected:expr, $new:expr, $now:expr) => {
+        match $expected {
+            None => sqlx::query(
+                "INSERT INTO project_heads (principal, project_path, head, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $4) ON CONFLICT (principal, project_path) DO NOTHING",
+            )
+            .bind($principal)
+            .bind($project)
+            .bind($new)
+            .bind($now)
+            .execute($on)
+            .await?
+            .rows_affected(),
+            Some(expected) => sqlx::query(
+                "UPDATE project_heads SET head = $3, updated_at = $5 \
+                 WHERE principal = $1 AND project_path = $2 AND head = $4",
+            )
+            .bind($principal)
+            .bind($project)
+            .bind($new)
+            .bind(expected)
+            .bind($now)
+            .execute($on)
+            .await?
+            .rows_affected(),
+        }
+    };
+}
+
+/// Sets a user space if its revision is still `expected` through `$on`;
+/// rows changed (1: set) and the revision it would have.
+macro_rules! set_user_space {
+    ($on:expr, $principal:expr, $expected:expr, $manifest:expr, $now:expr) => {
+        match $expected {
+            None => (
+                sqlx::query(
+                    "INSERT INTO user_spaces (principal, manifest, revision, pushed_at) VALUES ($1, $2, 1, $3) \
+                     ON CONFLICT (principal) DO NOTHING",
+                )
+                .bind($principal)
+                .bind($manifest)
+                .bind($now)
+                .execute($on)
+                .await?
+                .rows_affected(),
+                1,
+            ),
+            Some(expected) => (
+                sqlx::query(
+                    "UPDATE user_spaces SET manifest = $2, revision = revision + 1, pushed_at = $3 \
+                     WHERE principal = $1 AND revision = $4",
+                )
+                .bind($principal)
+                .bind($manifest)
+                .bind($now)
+                .bind(expected)
+                .execute($on)
+                .await?
+                .rows_affected(),
+                expected + 1,
+            ),
+        }
+    };
+}
+
 /// A URL that names a database without its password, for messages.
 fn shown(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -230,8 +298,9 @@ impl Db {
     }
 
     /// Notes that `principal` holds `objects` (already in the object
-    /// store), in one transaction of a statement per thousands of
-    /// objects, not one per object.
+    /// store) as of `now`, in one transaction of a statement per
+    /// thousands of objects, not one per object. An object held before is
+    /// held anew: garbage collection spares what was held lately.
     pub async fn hold(&self, principal: &str, objects: &[Held], now: i64) -> Result<(), DbError> {
         match &self.pool {
             Pool::Sqlite(pool) => {
@@ -253,7 +322,8 @@ impl Db {
                         "INSERT INTO objects (principal, hash, kind, size, stored_at, object_kind, content_blob) \
                          SELECT $1, held.value ->> 0, held.value ->> 1, held.value ->> 2, $2, \
                          held.value ->> 3, held.value ->> 4 FROM json_each($3) AS held WHERE true \
-                         ON CONFLICT (principal, hash) DO NOTHING",
+                         ON CONFLICT (principal, hash) DO UPDATE SET stored_at = excluded.stored_at \
+                         WHERE objects.stored_at < excluded.stored_at",
                     )
                     .bind(principal)
                     .bind(now)
@@ -275,7 +345,8 @@ impl Db {
                          SELECT $1, hash, kind, size, $2, object_kind, content_blob \
                          FROM UNNEST($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[]) \
                          AS held(hash, kind, size, object_kind, content_blob) \
-                         ON CONFLICT (principal, hash) DO NOTHING",
+                         ON CONFLICT (principal, hash) DO UPDATE SET stored_at = excluded.stored_at \
+                         WHERE objects.stored_at < excluded.stored_at",
                     )
                     .bind(principal)
                     .bind(now)
@@ -425,31 +496,7 @@ impl Db {
         new: &str,
         now: i64,
     ) -> Result<Result<(), Moved<String>>, DbError> {
-        let done = on_pool!(self, pool => match expected {
-            None => sqlx::query(
-                "INSERT INTO project_heads (principal, project_path, head, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $4) ON CONFLICT (principal, project_path) DO NOTHING",
-            )
-            .bind(principal)
-            .bind(project)
-            .bind(new)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-            Some(expected) => sqlx::query(
-                "UPDATE project_heads SET head = $3, updated_at = $5 \
-                 WHERE principal = $1 AND project_path = $2 AND head = $4",
-            )
-            .bind(principal)
-            .bind(project)
-            .bind(new)
-            .bind(expected)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-        });
+        let done = on_pool!(self, pool => set_head!(pool, principal, project, expected, new, now));
         if done == 1 {
             return Ok(Ok(()));
         }
@@ -487,35 +534,8 @@ impl Db {
         manifest: &str,
         now: i64,
     ) -> Result<Result<i64, Moved<i64>>, DbError> {
-        let (done, revision) = on_pool!(self, pool => match expected {
-            None => (
-                sqlx::query(
-                    "INSERT INTO user_spaces (principal, manifest, revision, pushed_at) VALUES ($1, $2, 1, $3) \
-                     ON CONFLICT (principal) DO NOTHING",
-                )
-                .bind(principal)
-                .bind(manifest)
-                .bind(now)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-                1,
-            ),
-            Some(expected) => (
-                sqlx::query(
-                    "UPDATE user_spaces SET manifest = $2, revision = revision + 1, pushed_at = $3 \
-                     WHERE principal = $1 AND revision = $4",
-                )
-                .bind(principal)
-                .bind(manifest)
-                .bind(now)
-                .bind(expected)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-                expected + 1,
-            ),
-        });
+        let (done, revision) =
+            on_pool!(self, pool => set_user_space!(pool, principal, expected, manifest, now));
         if done == 1 {
             return Ok(Ok(revision));
         }
@@ -1003,3 +1023,5 @@ where
 
 #[cfg(test)]
 mod tests;
+
+pub mod gc;

@@ -29,6 +29,19 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Latency>>,
     /// How runs ended, by status.
     runs: Mutex<BTreeMap<String, u64>>,
+    gc: Mutex<Collected>,
+}
+
+/// What garbage collection on this replica did.
+#[derive(Default, Clone, Copy)]
+pub struct Collected {
+    /// Collections of a principal's rows that ran to the end.
+    pub runs: u64,
+    /// Rows let go, and the bytes they counted.
+    pub rows: u64,
+    pub row_bytes: u64,
+    /// Blobs and objects deleted from the object store.
+    pub deleted: u64,
 }
 
 impl Metrics {
@@ -60,6 +73,15 @@ impl Metrics {
             .expect("metrics lock")
             .entry(status.to_owned())
             .or_default() += 1;
+    }
+
+    /// Adds to what garbage collection did.
+    pub fn collected(&self, more: Collected) {
+        let mut gc = self.gc.lock().expect("metrics lock");
+        gc.runs += more.runs;
+        gc.rows += more.rows;
+        gc.row_bytes += more.row_bytes;
+        gc.deleted += more.deleted;
     }
 
     /// The text of `/metrics`, with the gauges read at the time.
@@ -113,6 +135,15 @@ impl Metrics {
              # HELP rye_node_runs_max Runs this replica takes at once.\n# TYPE rye_node_runs_max gauge\nrye_node_runs_max {max_concurrent}\n\
              # HELP rye_node_stored_bytes Bytes every principal holds, as the database counts them.\n# TYPE rye_node_stored_bytes gauge\nrye_node_stored_bytes {stored_bytes}"
         );
+        let gc = *self.gc.lock().expect("metrics lock");
+        let _ = writeln!(
+            out,
+            "# HELP rye_node_gc_runs_total Collections of a principal's objects.\n# TYPE rye_node_gc_runs_total counter\nrye_node_gc_runs_total {}\n\
+             # HELP rye_node_gc_swept_objects_total Objects principals no longer hold after a collection.\n# TYPE rye_node_gc_swept_objects_total counter\nrye_node_gc_swept_objects_total {}\n\
+             # HELP rye_node_gc_swept_bytes_total Bytes those objects counted.\n# TYPE rye_node_gc_swept_bytes_total counter\nrye_node_gc_swept_bytes_total {}\n\
+             # HELP rye_node_gc_deleted_total Blobs and objects deleted from the object store.\n# TYPE rye_node_gc_deleted_total counter\nrye_node_gc_deleted_total {}",
+            gc.runs, gc.rows, gc.row_bytes, gc.deleted
+        );
         out
     }
 }
@@ -136,6 +167,12 @@ mod tests {
         metrics.request("/push", 200, Duration::from_millis(700));
         metrics.request("/push", 409, Duration::from_millis(1));
         metrics.run_ended("completed");
+        metrics.collected(Collected {
+            runs: 1,
+            rows: 5,
+            row_bytes: 700,
+            deleted: 2,
+        });
         let text = metrics.render(1, 8, 4096);
         assert!(text.contains("rye_node_requests_total{route=\"/push\",status=\"200\"} 2\n"));
         assert!(text.contains("rye_node_requests_total{route=\"/push\",status=\"409\"} 1\n"));
@@ -146,7 +183,9 @@ mod tests {
         assert!(text.contains("rye_node_request_seconds_count{route=\"/push\"} 3\n"));
         assert!(text.contains("rye_node_runs_total{status=\"completed\"} 1\n"));
         assert!(text.contains("rye_node_runs_active 1\n"));
-        assert!(text.contains("rye_node_stored_bytes 4096"));
+        assert!(text.contains("rye_node_stored_bytes 4096\n"));
+        assert!(text.contains("rye_node_gc_swept_objects_total 5\n"));
+        assert!(text.contains("rye_node_gc_deleted_total 2\n"));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

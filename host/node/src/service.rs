@@ -37,6 +37,9 @@ use crate::tracked::Tracked;
 use crate::watch::{Seen, Watch};
 use crate::webhook;
 
+mod gc;
+pub use gc::{GcSettings, Retention};
+
 /// How a node is set up.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -72,6 +75,8 @@ pub struct Settings {
     /// replica renews its runs four times as often, and a run whose
     /// replica died is marked interrupted this long after.
     pub lease: std::time::Duration,
+    /// When and how the node collects garbage.
+    pub gc: GcSettings,
     /// A key to authorize with every scope on start (`ed25519:…`), and its
     /// label.
     pub bootstrap: Option<(String, String)>,
@@ -94,6 +99,7 @@ impl Settings {
             system_version: env!("CARGO_PKG_VERSION").into(),
             lease: std::time::Duration::from_secs(60),
             rate_limit: (0, 0),
+            gc: GcSettings::default(),
             bootstrap: None,
             runner,
         }
@@ -452,6 +458,9 @@ impl Node {
             rate_limit,
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
+        if let Some(every) = node.settings.gc.every {
+            tokio::spawn(gc::keep_collecting(Arc::downgrade(&node), every));
+        }
         Ok(node)
     }
 
@@ -506,8 +515,14 @@ impl Node {
             .map_err(|e| e.to_string())
     }
 
+    /// The object store as requests and runs write to it: each write
+    /// staged, then noted to be held.
     fn cas(&self) -> Cas<Tracked<ObjectBytes>> {
-        Cas::new(Tracked::new(self.bytes.clone()))
+        Cas::new(Tracked::staged(
+            self.bytes.clone(),
+            self.db.clone(),
+            self.settings.gc.staged_for.as_secs() as i64,
+        ))
     }
 
     /// Notes what went through `cas` as `principal`'s.
@@ -669,6 +684,8 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/threads", get(threads))
         .route("/threads/{id}", get(thread))
         .route("/history", get(history))
+        .route("/gc", post(collect_garbage))
+        .route("/gc/stats", get(gc_stats))
         .route("/metrics", get(metrics))
         .route(
             "/admin/authorized-keys",
@@ -932,12 +949,20 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
         .map_err(internal)?;
     let quota = node.settings.max_user_storage_bytes;
     if stored.saturating_add(incoming) > quota {
-        return Err(error(
-            StatusCode::INSUFFICIENT_STORAGE,
-            format!(
-                "storing {incoming} more bytes would pass this key's {quota} (it holds {stored})"
-            ),
-        ));
+        // Past the quota: what the principal no longer reaches is let go
+        // first (at most once in ten minutes), and the put tried again.
+        let stored = match auto_collect(&node, &call.principal).await? {
+            Some(left) => left,
+            None => stored,
+        };
+        if stored.saturating_add(incoming) > quota {
+            return Err(error(
+                StatusCode::INSUFFICIENT_STORAGE,
+                format!(
+                    "storing {incoming} more bytes would pass this key's {quota} (it holds {stored})"
+                ),
+            ));
+        }
     }
     let (request, manifests) = expand_deltas(&node, &call.principal, request).await?;
     // Stored and recorded in a task of its own, so a client that hangs up
@@ -945,6 +970,24 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
     let principal = call.principal;
     let store = tokio::spawn(async move {
         let cas = node.cas();
+        // The batch's hashes are staged in one statement before any of
+        // its bytes are written.
+        let named: Vec<String> = request
+            .get("entries")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("hash").and_then(Value::as_str))
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
+            .collect();
+        if let Err(e) = cas.storage().stage(&named).await {
+            let refused = Refused {
+                status: 500,
+                body: json!({"error": format!("staging the objects: {e}")}),
+            };
+            return (Err(refused), Ok(()));
+        }
         let mut answer = objects::put(&cas, &request).await;
         // The manifests sent as deltas were checked against their hashes
         // already; they are stored once the rest is, and a store that
@@ -977,6 +1020,28 @@ async fn objects_put(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answe
         .map_err(|e| internal(format!("storing the objects failed: {e}")))?;
     held?;
     ok(answer.map_err(refused)?)
+}
+
+/// The aggressive collection of a principal past its quota, unless one
+/// ran within ten minutes; what it holds after, if one ran.
+async fn auto_collect(node: &Node, principal: &str) -> Result<Option<u64>, Reply> {
+    let now = now_secs() as i64;
+    let recent = node
+        .db
+        .gc_log(principal, 20)
+        .await
+        .map_err(internal)?
+        .into_iter()
+        .any(|(at, report)| at > now - 600 && report["reason"] == "quota");
+    if recent {
+        return Ok(None);
+    }
+    gc::collect(node, principal, Retention::AGGRESSIVE, false, "quota")
+        .await
+        .map_err(internal)?;
+    Ok(Some(
+        node.db.stored_bytes(principal).await.map_err(internal)?,
+    ))
 }
 
 /// At most this many manifests may come as deltas in one `put`.
@@ -1331,47 +1396,76 @@ async fn push(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
             Some(hash) => node.parsed.object(&cas, &hash).await.map_err(internal)?,
             None => None,
         };
-        check_closure(&node, &principal, &manifest, "project", verified.as_deref()).await?;
-        let snapshot = snapshot::store(
-            &cas,
-            &NewSnapshot {
-                project_manifest: manifest,
-                user_manifest: user,
-                parents: expected.into_iter().collect(),
-                source: Source::Push,
-                source_detail: String::new(),
-                metadata: Map::new(),
-            },
-            &iso_now(),
-        )
-        .await
-        .map_err(internal)?;
-        node.hold(&principal, &cas).await?;
-        let expected_hex = expected.map(|h| h.hex());
-        match node
-            .db
-            .advance_head(
-                &principal,
-                &project,
-                expected_hex.as_deref(),
-                &snapshot.hex(),
-                now_secs() as i64,
-            )
-            .await
-            .map_err(internal)?
-        {
-            Ok(()) => Ok(json!({
-                "status": "ok",
-                "remote_name": node.settings.name,
-                "project_path": project,
-                "project_manifest_hash": manifest.hex(),
-                "snapshot_hash": snapshot.hex(),
-            })),
-            Err(m) => Err(moved(m.actual)),
+        // A collection that took some of the objects between the check
+        // and the head's move moved the principal's fence: checked again.
+        let mut snapshot = None;
+        for _ in 0..FENCE_TRIES {
+            let epoch = node.db.fence(&principal).await.map_err(internal)?;
+            check_closure(&node, &principal, &manifest, "project", verified.as_deref()).await?;
+            let hash = match snapshot {
+                Some(hash) => hash,
+                None => {
+                    let hash = snapshot::store(
+                        &cas,
+                        &NewSnapshot {
+                            project_manifest: manifest,
+                            user_manifest: user,
+                            parents: expected.into_iter().collect(),
+                            source: Source::Push,
+                            source_detail: String::new(),
+                            metadata: Map::new(),
+                        },
+                        &iso_now(),
+                    )
+                    .await
+                    .map_err(internal)?;
+                    node.hold(&principal, &cas).await?;
+                    snapshot = Some(hash);
+                    hash
+                }
+            };
+            let expected_hex = expected.map(|h| h.hex());
+            match node
+                .db
+                .advance_head_fenced(
+                    &principal,
+                    &project,
+                    expected_hex.as_deref(),
+                    &hash.hex(),
+                    now_secs() as i64,
+                    epoch,
+                )
+                .await
+                .map_err(internal)?
+            {
+                None => continue,
+                Some(Ok(())) => {
+                    return Ok(json!({
+                        "status": "ok",
+                        "remote_name": node.settings.name,
+                        "project_path": project,
+                        "project_manifest_hash": manifest.hex(),
+                        "snapshot_hash": hash.hex(),
+                    }));
+                }
+                Some(Err(m)) => return Err(moved(m.actual)),
+            }
         }
+        Err(fenced_out())
     }
     .await;
     ok(outcome?)
+}
+
+/// A push's check and its head's move are tried this many times while
+/// collections keep taking objects between them.
+const FENCE_TRIES: usize = 3;
+
+fn fenced_out() -> Reply {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "garbage collection kept moving this key's objects; push again",
+    )
 }
 
 async fn push_user_space(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
@@ -1389,24 +1483,39 @@ async fn push_user_space(State(node): State<Arc<Node>>, call: Signed<Push>) -> A
                 )
             })?),
         };
-        check_closure(&node, &principal, &manifest, "user", None).await?;
-        match node
-            .db
-            .push_user_space(&principal, expected, &manifest.hex(), now_secs() as i64)
-            .await
-            .map_err(internal)?
-        {
-            Ok(revision) => Ok(json!({
-                "status": "ok",
-                "user_manifest_hash": manifest.hex(),
-                "revision": revision,
-                "remote_name": node.settings.name,
-            })),
-            Err(moved) => Err(reply(
-                StatusCode::CONFLICT,
-                json!({"error": "the user space has moved", "expected": expected, "actual": moved.actual}),
-            )),
+        for _ in 0..FENCE_TRIES {
+            let epoch = node.db.fence(&principal).await.map_err(internal)?;
+            check_closure(&node, &principal, &manifest, "user", None).await?;
+            match node
+                .db
+                .push_user_space_fenced(
+                    &principal,
+                    expected,
+                    &manifest.hex(),
+                    now_secs() as i64,
+                    epoch,
+                )
+                .await
+                .map_err(internal)?
+            {
+                None => continue,
+                Some(Ok(revision)) => {
+                    return Ok(json!({
+                        "status": "ok",
+                        "user_manifest_hash": manifest.hex(),
+                        "revision": revision,
+                        "remote_name": node.settings.name,
+                    }));
+                }
+                Some(Err(moved)) => {
+                    return Err(reply(
+                        StatusCode::CONFLICT,
+                        json!({"error": "the user space has moved", "expected": expected, "actual": moved.actual}),
+                    ));
+                }
+            }
         }
+        Err(fenced_out())
     }
     .await;
     ok(outcome?)
@@ -2293,16 +2402,24 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
         ReadBack::Walked(built, _) => built.hash,
     };
     laps.lap("outputs");
-    let folded = fold(node, &cas, job, run_manifest)
-        .await
-        .map_err(|e| ("fold-back", e.to_string()))?;
-    let written = cas.storage().take();
-    let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
-    let new_objects = json!(new_objects);
+    // What the run wrote is held before a head can name it, and what the
+    // fold-back writes, after it.
+    let mut written = cas.storage().take();
     node.db
         .hold(&job.principal, &written, now_secs() as i64)
         .await
+        .map_err(|e| ("outputs", e.to_string()))?;
+    let folded = fold(node, &cas, job, run_manifest)
+        .await
         .map_err(|e| ("fold-back", e.to_string()))?;
+    let folded_written = cas.storage().take();
+    node.db
+        .hold(&job.principal, &folded_written, now_secs() as i64)
+        .await
+        .map_err(|e| ("fold-back", e.to_string()))?;
+    written.extend(folded_written);
+    let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
+    let new_objects = json!(new_objects);
     laps.lap("fold_back");
     let later = match read {
         ReadBack::Walked(built, stamps) => {
@@ -2495,4 +2612,87 @@ async fn history(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
         json!({"project_path": project, "head": head, "snapshots": snapshots,
               "remote_name": node.settings.name}),
     )
+}
+
+/// `POST /gc {dry_run, aggressive, retention_days, max_manual_pushes}`:
+/// collects the caller's objects now (or counts what it would).
+async fn collect_garbage(State(node): State<Arc<Node>>, call: Signed<Push>) -> Answer {
+    let body = if call.body.is_empty() {
+        json!({})
+    } else {
+        json_body(&call.body)?
+    };
+    let flag = |name: &str| -> Result<bool, Reply> {
+        match body.get(name) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("{name} is not true or false"),
+            )),
+        }
+    };
+    let (dry_run, aggressive) = (flag("dry_run")?, flag("aggressive")?);
+    let base = if aggressive {
+        Retention::AGGRESSIVE
+    } else {
+        node.settings.gc.retention
+    };
+    let number = |name: &str, default: u64, max: u64| -> Result<u64, Reply> {
+        match body.get(name) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v.as_u64().filter(|n| *n <= max).ok_or_else(|| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("{name} is not a whole number from 0 to {max}"),
+                )
+            }),
+        }
+    };
+    let retention = Retention {
+        days: number("retention_days", base.days, 36_500)?,
+        pushes: number("max_manual_pushes", base.pushes as u64, 10_000)? as usize,
+    };
+    let mut report = gc::collect(&node, &call.principal, retention, dry_run, "asked")
+        .await
+        .map_err(internal)?;
+    // Bytes nobody has held for the grace period go too (anyone's: the
+    // caller frees nothing of others' by it).
+    if !dry_run {
+        report["deleted_from_store"] = json!(gc::delete_doomed(&node).await.map_err(internal)?);
+    }
+    report["status"] = json!("ok");
+    report["remote_name"] = json!(node.settings.name);
+    ok(report)
+}
+
+/// `GET /gc/stats`: what the caller holds and its last collections.
+async fn gc_stats(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer {
+    let stored = node
+        .db
+        .stored_bytes(&call.principal)
+        .await
+        .map_err(internal)?;
+    let last: Vec<Value> = node
+        .db
+        .gc_log(&call.principal, 20)
+        .await
+        .map_err(internal)?
+        .into_iter()
+        .map(|(at, mut report)| {
+            report["at"] = json!(at);
+            report
+        })
+        .collect();
+    let settings = &node.settings.gc;
+    ok(json!({
+        "stored_bytes": stored,
+        "quota_bytes": node.settings.max_user_storage_bytes,
+        "doomed_objects": node.db.doomed_count().await.map_err(internal)?,
+        "every_seconds": settings.every.map(|d| d.as_secs()),
+        "grace_seconds": settings.grace.as_secs(),
+        "retention": {"days": settings.retention.days, "pushes": settings.retention.pushes},
+        "last": last,
+        "remote_name": node.settings.name,
+    }))
 }

@@ -1,29 +1,89 @@
 //! A storage that notes what is written through it, so the objects a
 //! request or a run stored become the principal's in the database: the
 //! bytes go to the object store first, the row that says they exist
-//! after, and never the other way round.
+//! after, and never the other way round. Each hash is staged in the
+//! database before its bytes are written, so garbage collection does not
+//! delete them between the write and the row.
 
+use std::collections::HashSet;
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use rye_cas::Storage;
 use serde_json::Value;
 
-use crate::db::Held;
+use crate::db::{Db, Held};
 
 /// `S`, with every write noted.
 #[derive(Debug, Clone)]
 pub struct Tracked<S> {
     inner: S,
     written: Arc<Mutex<Vec<Held>>>,
+    stage: Option<Stage>,
+}
+
+/// Where writes are staged, for how long, and what was staged already.
+#[derive(Debug, Clone)]
+struct Stage {
+    db: Db,
+    lease: i64,
+    staged: Arc<Mutex<HashSet<String>>>,
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 impl<S> Tracked<S> {
+    /// `inner`, its writes noted but not staged.
     pub fn new(inner: S) -> Self {
         Self {
             inner,
             written: Arc::default(),
+            stage: None,
         }
+    }
+
+    /// `inner`, each write staged in `db` for `lease` seconds first.
+    pub fn staged(inner: S, db: Db, lease: i64) -> Self {
+        Self {
+            inner,
+            written: Arc::default(),
+            stage: Some(Stage {
+                db,
+                lease,
+                staged: Arc::default(),
+            }),
+        }
+    }
+
+    /// Stages `hashes` at once (one statement for a batch about to be
+    /// written): their writes then stage nothing more.
+    pub async fn stage(&self, hashes: &[String]) -> io::Result<()> {
+        let Some(stage) = &self.stage else {
+            return Ok(());
+        };
+        let fresh: Vec<String> = {
+            let staged = stage.staged.lock().expect("staged hashes");
+            hashes
+                .iter()
+                .filter(|h| !staged.contains(*h))
+                .cloned()
+                .collect()
+        };
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let now = now_secs();
+        stage
+            .db
+            .stage(&fresh, now, now + stage.lease)
+            .await
+            .map_err(io::Error::other)?;
+        stage.staged.lock().expect("staged hashes").extend(fresh);
+        Ok(())
     }
 
     /// What was written since the last call, each once.
@@ -77,6 +137,10 @@ impl<S: Storage> Storage for Tracked<S> {
     }
 
     async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        if let Some(name) = key.rsplit('/').next() {
+            let hash = name.strip_suffix(".json").unwrap_or(name);
+            self.stage(&[hash.to_owned()]).await?;
+        }
         self.inner.put(key, bytes).await?;
         if let Some(held) = held(key, bytes) {
             self.written.lock().expect("tracked writes").push(held);

@@ -1214,3 +1214,435 @@ async fn a_key_over_its_rate_limit_waits_and_others_do_not() {
     );
     served.task.abort();
 }
+
+/// The bytes a node's stores hold, read directly.
+fn store_of(base: &Path, stores: &Stores) -> rye_cas::Cas<rye_node::bytes::ObjectBytes> {
+    let bytes = match stores {
+        Stores::Local => rye_node::bytes::ObjectBytes::local(&base.join("objects")).unwrap(),
+        Stores::Shared { bucket, .. } => rye_node::bytes::ObjectBytes::connect(
+            &format!("s3://{bucket}"),
+            &rye_test_artifacts::servers::S3::shared()
+                .expect("started before")
+                .options(),
+        )
+        .unwrap(),
+    };
+    rye_cas::Cas::new(bytes)
+}
+
+/// A node collecting only when asked, with no grace period (and no
+/// time for a write between its bytes and its row).
+async fn serve_collecting(base: &Path, stores: &Stores) -> Served {
+    let runner = Runner {
+        program: "/nonexistent/rye".into(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let mut settings = stores.settings(base, runner);
+    settings.gc.every = None;
+    settings.gc.grace = Duration::ZERO;
+    settings.gc.staged_for = Duration::ZERO;
+    serve_with(settings).await
+}
+
+/// The snapshot `hash` and what it names: itself, its manifest, the
+/// manifest's item sources, their blobs and its files.
+async fn closure_of<S: rye_cas::Storage>(cas: &rye_cas::Cas<S>, snapshot: &str) -> Vec<String> {
+    let snap = cas
+        .get_object(&snapshot.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let manifest_hash = snap["project_manifest_hash"].as_str().unwrap().to_owned();
+    let manifest = cas
+        .get_object(&manifest_hash.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut all = vec![snapshot.to_owned(), manifest_hash];
+    for source in manifest["items"].as_object().unwrap().values() {
+        let source = source.as_str().unwrap();
+        let object = cas
+            .get_object(&source.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        all.push(source.to_owned());
+        all.push(object["content_blob_hash"].as_str().unwrap().to_owned());
+    }
+    for blob in manifest["files"].as_object().into_iter().flatten() {
+        all.push(blob.1.as_str().unwrap().to_owned());
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_keeps_what_heads_and_retention_reach_and_lets_the_rest_go() {
+    for stores in all_stores("garbage collection keeps what heads and retention reach") {
+        collection_on(stores).await;
+    }
+}
+
+async fn collection_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("node");
+    let served = serve_collecting(&base, &stores).await;
+    let (alice, bob) = (Keypair::generate().unwrap(), Keypair::generate().unwrap());
+    for (key, label) in [(&alice, "alice"), (&bob, "bob")] {
+        served
+            .node
+            .authorize(key.public(), label, &["*".into()])
+            .await
+            .unwrap();
+    }
+    let fp = served.node.fingerprint().to_owned();
+    let to = (served.url.as_str(), fp.as_str());
+    let pins = dir.path().join("known_nodes.json");
+    let folder = dir.path().join("p");
+    project(&folder, 3, "v0");
+    let client = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let mut snapshots = vec![client.push(&folder, None, &[], "p").await.unwrap().snapshot];
+    for v in 1..=4 {
+        std::fs::write(
+            folder.join(".ai/knowledge/notes/n0.md"),
+            format!("# v{v}\n"),
+        )
+        .unwrap();
+        snapshots.push(client.push(&folder, None, &[], "p").await.unwrap().snapshot);
+    }
+    // Bob holds what alice's second version of the note is.
+    let bob_folder = dir.path().join("b");
+    project(&bob_folder, 1, "bob");
+    std::fs::write(bob_folder.join(".ai/knowledge/notes/n0.md"), "# v1\n").unwrap();
+    let bob_client = Client::connect(&remote(&served.url), keypair_copy(&bob), &pins)
+        .await
+        .unwrap();
+    bob_client.push(&bob_folder, None, &[], "b").await.unwrap();
+
+    let store = store_of(&base, &stores);
+    let mut closures = Vec::new();
+    for snapshot in &snapshots {
+        closures.push(closure_of(&store, snapshot).await);
+    }
+    let kept: std::collections::HashSet<&String> = closures[3..].iter().flatten().collect();
+    let gone: std::collections::HashSet<&String> = closures[..3]
+        .iter()
+        .flatten()
+        .filter(|h| !kept.contains(h))
+        .collect();
+    assert_eq!(
+        gone.len(),
+        12,
+        "three versions' snapshot, manifest, note and blob"
+    );
+    let bobs = closure_of(
+        &store,
+        &bob_client
+            .push(&bob_folder, None, &[], "b")
+            .await
+            .unwrap()
+            .snapshot,
+    )
+    .await;
+    let shared: Vec<&&String> = gone.iter().filter(|h| bobs.contains(h)).collect();
+    assert_eq!(shared.len(), 2, "bob's note: its item source and blob");
+
+    // Counted first: nothing goes.
+    let ask = json!({"dry_run": true, "retention_days": 0, "max_manual_pushes": 2});
+    let (status, report) = fresh(to, &alice, "POST", "/gc", &ask).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["swept_objects"], 12, "{report}");
+    assert_eq!(report["kept_snapshots"], 2, "{report}");
+    let first = snapshots[0].parse().unwrap();
+    assert!(store.has(&first).await.unwrap().is_some());
+
+    let (status, report) = fresh(
+        to,
+        &alice,
+        "POST",
+        "/gc",
+        &json!({"retention_days": 0, "max_manual_pushes": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["swept_objects"], 12, "{report}");
+    assert_eq!(report["doomed"], 10, "{report}");
+    assert_eq!(report["deleted_from_store"], 10, "{report}");
+    let hexes: Vec<&String> = gone.iter().copied().collect();
+    let (_, has) = fresh(
+        to,
+        &alice,
+        "POST",
+        "/objects/has",
+        &json!({"hashes": hexes}),
+    )
+    .await;
+    assert_eq!(has["missing"].as_array().unwrap().len(), 12, "{has}");
+    for hash in &gone {
+        let held_by_bob = shared.contains(&hash);
+        assert_eq!(
+            store.has(&hash.parse().unwrap()).await.unwrap().is_some(),
+            held_by_bob,
+            "{hash}: bytes stay exactly when bob holds them"
+        );
+    }
+    for hash in &kept {
+        assert!(
+            store.has(&hash.parse().unwrap()).await.unwrap().is_some(),
+            "{hash} kept"
+        );
+    }
+    // Bob still reads his note.
+    let (_, got) = fresh(to, &bob, "POST", "/objects/get", &json!({"hashes": shared})).await;
+    assert_eq!(got["entries"].as_array().unwrap().len(), 2, "{got}");
+
+    // History ends where it was collected; the head comes back whole.
+    let (_, history) = fresh(
+        to,
+        &alice,
+        "GET",
+        "/history?project_path=p&limit=10",
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        history["snapshots"].as_array().unwrap().len(),
+        2,
+        "{history}"
+    );
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    client.pull(&elsewhere, &[], "p").await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.join(".ai/knowledge/notes/n0.md")).unwrap(),
+        "# v4\n"
+    );
+    // The note as it was two versions back is sent again, and lands.
+    std::fs::write(folder.join(".ai/knowledge/notes/n0.md"), "# v2\n").unwrap();
+    let pushed = client.push(&folder, None, &[], "p").await.unwrap();
+    assert!(!pushed.unchanged);
+
+    let (status, stats) = fresh(to, &alice, "GET", "/gc/stats", &json!({})).await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["last"][0]["reason"], "asked", "{stats}");
+    assert_eq!(stats["last"][0]["swept_objects"], 12, "{stats}");
+    let metrics = reqwest::get(format!("{}/metrics", served.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("rye_node_gc_swept_objects_total 12\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rye_node_gc_deleted_total 10\n"),
+        "{metrics}"
+    );
+    served.task.abort();
+}
+
+/// Clients pushing while collections run as fast as they can, with no
+/// grace period: a push may be refused (what it sent was collected before
+/// its head moved), but no head ever names an object that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pushes_racing_collections_never_leave_a_head_naming_what_is_gone() {
+    for stores in all_stores("pushes racing collections") {
+        racing_collections_on(stores).await;
+    }
+}
+
+async fn racing_collections_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("node");
+    let served = serve_collecting(&base, &stores).await;
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let fp = served.node.fingerprint().to_owned();
+    let pins = dir.path().join("known_nodes.json");
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collector = {
+        let (url, fp, key, done) = (
+            served.url.clone(),
+            fp.clone(),
+            keypair_copy(&alice),
+            Arc::clone(&done),
+        );
+        tokio::spawn(async move {
+            let mut rounds = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let ask = json!({"retention_days": 0, "max_manual_pushes": 1});
+                let (status, report) = fresh((&url, &fp), &key, "POST", "/gc", &ask).await;
+                assert_eq!(status, 200, "{report}");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut pushers = Vec::new();
+    for c in 0..6 {
+        let folder = dir.path().join(format!("p{c}"));
+        project(&folder, 4, &format!("c{c}"));
+        let (url, key, pins) = (served.url.clone(), keypair_copy(&alice), pins.clone());
+        pushers.push(tokio::spawn(async move {
+            let client = Client::connect(&remote(&url), key, &pins).await.unwrap();
+            let (mut landed, mut refused) = (0, 0);
+            for round in 0..6 {
+                std::fs::write(
+                    folder.join(format!(".ai/knowledge/notes/n{}.md", round % 4)),
+                    format!("# {c} round {round}\n"),
+                )
+                .unwrap();
+                match client.push(&folder, None, &[], &format!("p{c}")).await {
+                    Ok(_) => landed += 1,
+                    Err(ClientError::Node {
+                        status: 400 | 503, ..
+                    }) => refused += 1,
+                    Err(e) => panic!("neither landed nor refused: {e}"),
+                }
+            }
+            (folder, client, landed, refused)
+        }));
+    }
+    let mut results = Vec::new();
+    for pusher in pushers {
+        results.push(pusher.await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = collector.await.unwrap();
+    assert!(rounds > 3, "collections ran throughout: {rounds}");
+    let landed: usize = results.iter().map(|r| r.2).sum();
+    assert!(landed > 0, "some pushes landed");
+    // Every head comes back whole, from the database's rows and the
+    // store's bytes alike.
+    let store = store_of(&base, &stores);
+    for (c, (folder, client, _, _)) in results.iter().enumerate() {
+        let project_path = format!("p{c}");
+        let Some(head) = served
+            .node
+            .db()
+            .head(alice.fingerprint(), &project_path)
+            .await
+            .unwrap()
+        else {
+            continue;
+        };
+        let elsewhere = dir.path().join(format!("pulled{c}"));
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        client.pull(&elsewhere, &[], &project_path).await.unwrap();
+        let closure = closure_of(&store, &head).await;
+        let held = served
+            .node
+            .db()
+            .held(alice.fingerprint(), &closure)
+            .await
+            .unwrap();
+        for hash in &closure {
+            assert!(
+                held.contains(hash),
+                "{hash} of {project_path}'s head is held"
+            );
+            assert!(
+                store.has(&hash.parse().unwrap()).await.unwrap().is_some(),
+                "{hash} of {project_path}'s head is stored"
+            );
+        }
+        let _ = folder;
+    }
+    served.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_past_the_quota_collects_first_and_is_refused_only_if_still_past_it() {
+    for stores in all_stores("a put past the quota collects first") {
+        quota_collection_on(stores).await;
+    }
+}
+
+async fn quota_collection_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("node");
+    let runner = Runner {
+        program: "/nonexistent/rye".into(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let mut settings = stores.settings(&base, runner);
+    settings.gc.every = None;
+    settings.gc.grace = Duration::ZERO;
+    settings.gc.staged_for = Duration::ZERO;
+    settings.max_user_storage_bytes = 200_000;
+    let served = serve_with(settings).await;
+    let alice = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    let pins = dir.path().join("known_nodes.json");
+    let folder = dir.path().join("p");
+    project(&folder, 1, "small");
+    let note = folder.join(".ai/knowledge/notes/n0.md");
+    let big = |tag: &str| format!("# {tag}\n{}\n", tag.repeat(120_000 / tag.len()));
+    let client = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    std::fs::write(&note, big("first")).unwrap();
+    client.push(&folder, None, &[], "p").await.unwrap();
+    std::fs::write(&note, "# small again\n").unwrap();
+    client.push(&folder, None, &[], "p").await.unwrap();
+    // The first big note is no head's now: collected to make room.
+    std::fs::write(&note, big("second")).unwrap();
+    client.push(&folder, None, &[], "p").await.unwrap();
+    let stored = served
+        .node
+        .db()
+        .stored_bytes(alice.fingerprint())
+        .await
+        .unwrap();
+    assert!(stored < 200_000, "{stored}");
+    // Past it again within ten minutes: refused without collecting, and
+    // the head stays.
+    let head = served
+        .node
+        .db()
+        .head(alice.fingerprint(), "p")
+        .await
+        .unwrap();
+    std::fs::write(&note, big("third")).unwrap();
+    match client.push(&folder, None, &[], "p").await {
+        Err(ClientError::Node { status: 507, body }) => {
+            assert!(
+                body["error"].as_str().unwrap().contains("would pass"),
+                "{body}"
+            )
+        }
+        other => panic!("not refused 507: {other:?}"),
+    }
+    assert_eq!(
+        served
+            .node
+            .db()
+            .head(alice.fingerprint(), "p")
+            .await
+            .unwrap(),
+        head
+    );
+    let fp = served.node.fingerprint().to_owned();
+    let (_, stats) = fresh((&served.url, &fp), &alice, "GET", "/gc/stats", &json!({})).await;
+    let reasons: Vec<&Value> = stats["last"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["reason"])
+        .collect();
+    assert_eq!(reasons, [&json!("quota")], "{stats}");
+    served.task.abort();
+}

@@ -70,8 +70,9 @@ pub async fn store<S: Storage>(
 }
 
 /// The history from `head` back along first parents, newest first, at
-/// most `limit` snapshots, each with its hash as `_hash`. A snapshot
-/// missing from the store ends the walk with an error naming it.
+/// most `limit` snapshots, each with its hash as `_hash`. The head
+/// missing from the store is an error naming it; an older one missing
+/// ends the walk there (history past a node's retention is collected).
 pub async fn history<S: Storage>(
     cas: &Cas<S>,
     head: &ContentHash,
@@ -83,9 +84,15 @@ pub async fn history<S: Storage>(
         if out.len() >= limit {
             break;
         }
-        let mut snapshot = cas.get_object(&hash).await?.ok_or_else(|| {
-            SyncError::Manifest(format!("snapshot {} is not in the store", hash.hex()))
-        })?;
+        let Some(mut snapshot) = cas.get_object(&hash).await? else {
+            if !out.is_empty() {
+                break;
+            }
+            return Err(SyncError::Manifest(format!(
+                "snapshot {} is not in the store",
+                hash.hex()
+            )));
+        };
         if snapshot.get("kind").and_then(Value::as_str) != Some("project_snapshot") {
             return Err(SyncError::Manifest(format!(
                 "{} is no project_snapshot",
@@ -161,5 +168,10 @@ mod tests {
         assert_eq!(history(&cas, &merged, 2).await.unwrap().len(), 2);
         let error = history(&cas, &manifest, 5).await.unwrap_err().to_string();
         assert!(error.contains("is not in the store"), "{error}");
+        // The oldest collected: the walk ends before it.
+        cas.delete(rye_cas::Class::Object, &first).await.unwrap();
+        let walked = history(&cas, &merged, 10).await.unwrap();
+        assert_eq!(walked.len(), 2);
+        assert_eq!(walked[1]["_hash"], second.hex());
     }
 }

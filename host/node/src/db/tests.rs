@@ -3,6 +3,7 @@
 //! node would, and raced by many writers at once.
 
 use super::*;
+use gc::{Claimed, Roots};
 
 /// A database a test runs on, which it can open again.
 enum Place {
@@ -307,5 +308,131 @@ async fn missing(db: Db) {
         db.stored_bytes("alice").await.unwrap(),
         (0..12_000u64).sum::<u64>(),
         "an object held twice is counted once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_are_claimed_for_deletion_only_when_nobody_holds_or_stages_them_and_a_writer_waits() {
+    for place in places("collection") {
+        collection(place.open().await).await;
+    }
+}
+
+async fn collection(db: Db) {
+    use gc::Swept;
+    let h = |i: usize| format!("{i:064x}");
+    let blob = |i: usize| Held {
+        hash: h(i),
+        kind: "blob",
+        size: 10,
+        object_kind: None,
+        content_blob: None,
+    };
+    db.hold("alice", &[blob(1), blob(2), blob(3)], 100)
+        .await
+        .unwrap();
+    db.hold("bob", &[blob(3)], 100).await.unwrap();
+    let roots = db.roots("alice").await.unwrap();
+    assert_eq!(roots.epoch, 0);
+    let all: Vec<(String, String)> = (1..=3).map(|i| (h(i), "blob".to_owned())).collect();
+    assert_eq!(
+        db.sweep("alice", &roots, &all, 200).await.unwrap(),
+        Swept::Done { rows: 3, doomed: 2 },
+        "the third is still bob's"
+    );
+    assert_eq!(db.stored_bytes("alice").await.unwrap(), 0);
+    assert_eq!(db.doomed_count().await.unwrap(), 2);
+
+    // The sweep moved alice's fence: a head checked before it does not
+    // move; checked after, it does.
+    assert_eq!(
+        db.advance_head_fenced("alice", "/p", None, "s1", 201, 0)
+            .await
+            .unwrap(),
+        None
+    );
+    let epoch = db.fence("alice").await.unwrap();
+    assert_eq!(epoch, 1);
+    assert_eq!(
+        db.advance_head_fenced("alice", "/p", None, "s1", 201, epoch)
+            .await
+            .unwrap(),
+        Some(Ok(()))
+    );
+    assert_eq!(
+        db.push_user_space_fenced("alice", None, "u1", 201, 0)
+            .await
+            .unwrap(),
+        None
+    );
+    // Marks made before the head moved sweep nothing.
+    let stale = Roots {
+        epoch,
+        ..Roots::default()
+    };
+    db.hold("alice", &[blob(4)], 100).await.unwrap();
+    assert_eq!(
+        db.sweep("alice", &stale, &[(h(4), "blob".into())], 202)
+            .await
+            .unwrap(),
+        Swept::Moved
+    );
+    assert_eq!(db.stored_bytes("alice").await.unwrap(), 10);
+
+    // Doomed at 200: not yet for a cutoff before it.
+    assert!(db.claim_doomed(199, 300, 10).await.unwrap().is_empty());
+    // A writer stages 2 before writing it: doomed no longer, not claimed.
+    db.stage(&[h(2)], 300, 400).await.unwrap();
+    let claimed = db.claim_doomed(250, 300, 10).await.unwrap();
+    assert_eq!(
+        claimed,
+        [Claimed {
+            hash: h(1),
+            kind: "blob".into()
+        }]
+    );
+    // Claimed by another replica meanwhile: nothing more to claim.
+    assert!(db.claim_doomed(250, 301, 10).await.unwrap().is_empty());
+    // A writer of 1 waits until its deletion is done.
+    let writer = {
+        let db = db.clone();
+        let one = h(1);
+        tokio::spawn(async move { db.stage(&[one], 302, 500).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "the writer waits for the deletion");
+    db.deleted(&[h(1)]).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), writer)
+        .await
+        .expect("the writer goes on once the bytes are gone")
+        .unwrap()
+        .unwrap();
+    assert_eq!(db.doomed_count().await.unwrap(), 0);
+
+    // A claim left by a replica that died is claimed again later, unless
+    // the hash was staged meanwhile (5 is held and let go again here).
+    db.hold("carol", &[blob(5), blob(6)], 100).await.unwrap();
+    let carol = db.roots("carol").await.unwrap();
+    let both = vec![(h(5), "blob".to_owned()), (h(6), "blob".to_owned())];
+    assert!(matches!(
+        db.sweep("carol", &carol, &both, 1_000).await.unwrap(),
+        Swept::Done { rows: 2, doomed: 2 }
+    ));
+    assert_eq!(db.claim_doomed(1_000, 1_001, 10).await.unwrap().len(), 2);
+    // (Staged once the claim is abandoned: a writer does not wait on it.)
+    db.stage(&[h(5)], 1_002 + gc::ABANDONED_AFTER, 5_000)
+        .await
+        .unwrap();
+    let again = db
+        .claim_doomed(1_000, 1_002 + gc::ABANDONED_AFTER, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        [Claimed {
+            hash: h(6),
+            kind: "blob".into()
+        }],
+        "5 is staged, 6 abandoned"
     );
 }
