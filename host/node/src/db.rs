@@ -302,6 +302,9 @@ impl Db {
     /// thousands of objects, not one per object. An object held before is
     /// held anew: garbage collection spares what was held lately.
     pub async fn hold(&self, principal: &str, objects: &[Held], now: i64) -> Result<(), DbError> {
+        if objects.is_empty() {
+            return Ok(());
+        }
         match &self.pool {
             Pool::Sqlite(pool) => {
                 let mut tx = pool.begin().await?;

@@ -2194,11 +2194,10 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
         }
     } else {
         let written = cas.storage().take();
-        if !written.is_empty()
-            && let Err(e) = node
-                .db
-                .hold(&job.principal, &written, now_secs() as i64)
-                .await
+        if let Err(e) = node
+            .db
+            .hold(&job.principal, &written, now_secs() as i64)
+            .await
         {
             tracing::error!(
                 "{}: holding what its reading back stored: {e}",

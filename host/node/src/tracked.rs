@@ -95,15 +95,20 @@ impl<S> Tracked<S> {
     }
 }
 
+/// The class (`blob` or `object`) and hash a store's key names.
+fn named(key: &str) -> Option<(&'static str, &str)> {
+    let name = key.rsplit('/').next()?;
+    if key.starts_with("blobs/") {
+        Some(("blob", name))
+    } else {
+        Some(("object", name.strip_suffix(".json")?))
+    }
+}
+
 /// What a write of `bytes` at `key` holds: the hash and class from the
 /// key, an object's kind and an item source's blob from the bytes.
 pub fn held(key: &str, bytes: &[u8]) -> Option<Held> {
-    let name = key.rsplit('/').next()?;
-    let (kind, hash) = if key.starts_with("blobs/") {
-        ("blob", name)
-    } else {
-        ("object", name.strip_suffix(".json")?)
-    };
+    let (kind, hash) = named(key)?;
     let (object_kind, content_blob) = if kind == "object" {
         // Only two fields are wanted: the rest (a manifest's thousands of
         // paths) is skipped over, never built.
@@ -137,8 +142,7 @@ impl<S: Storage> Storage for Tracked<S> {
     }
 
     async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
-        if let Some(name) = key.rsplit('/').next() {
-            let hash = name.strip_suffix(".json").unwrap_or(name);
+        if let Some((_, hash)) = named(key) {
             self.stage(&[hash.to_owned()]).await?;
         }
         self.inner.put(key, bytes).await?;

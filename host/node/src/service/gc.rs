@@ -84,7 +84,7 @@ pub(super) async fn collect(
     let started = Instant::now();
     let grace = node.settings.gc.grace.as_secs() as i64;
     let mut tries = 0;
-    let report = loop {
+    let mut report = loop {
         tries += 1;
         let now = now_secs() as i64;
         let roots = node.db.roots(principal).await.map_err(|e| e.to_string())?;
@@ -160,7 +160,6 @@ pub(super) async fn collect(
             }
         }
     };
-    let mut report = report;
     report["took_ms"] = json!(started.elapsed().as_millis() as u64);
     if !dry_run && let Err(e) = node.db.log_gc(principal, now_secs() as i64, &report).await {
         tracing::warn!("keeping a collection's report: {e}");
