@@ -1349,6 +1349,44 @@ async fn collection_on(stores: Stores) {
     let shared: Vec<&&String> = gone.iter().filter(|h| bobs.contains(h)).collect();
     assert_eq!(shared.len(), 2, "bob's note: its item source and blob");
 
+    // Asked wrongly, or by a key that may only read: refused, and
+    // nothing is collected or logged.
+    for (bad, why) in [
+        (json!({"dry_run": "yes"}), "dry_run is not true or false"),
+        (json!({"aggressive": 1}), "aggressive is not true or false"),
+        (
+            json!({"retention_days": -1}),
+            "retention_days is not a whole number",
+        ),
+        (
+            json!({"retention_days": 1.5}),
+            "retention_days is not a whole number",
+        ),
+        (
+            json!({"max_manual_pushes": 1u64 << 40}),
+            "max_manual_pushes is not a whole number",
+        ),
+        (json!([1, 2]), "the body is not a JSON object"),
+    ] {
+        let (status, answer) = fresh(to, &alice, "POST", "/gc", &bad).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(why),
+            "{bad}: {answer}"
+        );
+    }
+    let reader = Keypair::generate().unwrap();
+    served
+        .node
+        .authorize(reader.public(), "reader", &["node.read".into()])
+        .await
+        .unwrap();
+    let (status, answer) = fresh(to, &reader, "POST", "/gc", &json!({})).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, stats) = fresh(to, &alice, "GET", "/gc/stats", &Value::Null).await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["last"], json!([]), "{stats}");
+
     // Counted first: nothing goes.
     let ask = json!({"dry_run": true, "retention_days": 0, "max_manual_pushes": 2});
     let (status, report) = fresh(to, &alice, "POST", "/gc", &ask).await;
