@@ -184,6 +184,10 @@ pub enum RemoteAction {
         /// (repeatable).
         #[arg(long = "vault-key", value_name = "NAME")]
         vault_keys: Vec<String>,
+        /// With --async: start the run again, up to N times, if the
+        /// replica running it dies (for items safe to run again).
+        #[arg(long, default_value_t = 0, value_name = "N", requires = "run_async")]
+        retries: u64,
     },
     /// This key's vault on the node: secrets kept sealed to the node's
     /// box key, opened only into runs that name them. `set NAME` seals the
@@ -304,6 +308,10 @@ struct ManageRequest {
     /// Secrets of the caller's vault on the node to give the run.
     #[serde(default)]
     vault_keys: Vec<String>,
+    /// With async: how many more times the run may start if its replica
+    /// dies.
+    #[serde(default)]
+    retries: u64,
 }
 
 /// At most this much of a request is read from stdin.
@@ -348,6 +356,7 @@ impl ManageRequest {
                 no_pull: !request.pull.unwrap_or(true),
                 secrets: Vec::new(),
                 vault_keys: request.vault_keys,
+                retries: request.retries,
             },
             other => anyhow::bail!(
                 "action {other:?} is not push, execute, threads, history, pull or list"
@@ -682,6 +691,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                 no_push,
                 no_pull,
                 vault_keys,
+                retries,
                 ..
             } => {
                 let parameters: Value = serde_json::from_str(&params)
@@ -697,6 +707,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     pull: !no_pull,
                     secrets: sealed,
                     vault_keys,
+                    retries,
                 };
                 client
                     .execute_here(&here, &format!("{kind}:{id}"), &parameters, run_async, around)

@@ -254,7 +254,7 @@ impl Env {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let shown = self.remote(&["threads", thread]);
-            if shown["status"] != "running" {
+            if !matches!(shown["status"].as_str(), Some("running" | "queued")) {
                 return shown;
             }
             assert!(Instant::now() < deadline, "the run did not end: {shown:#}");
@@ -1178,10 +1178,11 @@ fn a_push_whose_stamps_outlived_the_objects_they_vouch_for_reads_every_file_agai
 
 /// Two replicas of one node on one PostgreSQL database, one bucket and
 /// one key, each with a folder of its own. One is killed with SIGKILL
-/// mid-run; the other marks that run interrupted once its lease runs
-/// out, and serves on: a run there folds back and comes home.
+/// mid-run; once its lease runs out, the other marks its run interrupted,
+/// runs again from the start the one whose caller allowed a retry, and
+/// serves on: a run there folds back and comes home.
 #[test]
-fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
+fn a_replica_killed_mid_run_has_its_runs_marked_or_retried_by_the_other_which_serves_on() {
     if let Err(missing) = rye_test_artifacts::servers::Postgres::shared()
         .and_then(|_| rye_test_artifacts::servers::S3::shared())
     {
@@ -1217,15 +1218,37 @@ fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
         )),
     ]);
     let thread = started["thread_id"].as_str().unwrap().to_owned();
+    // A run safe to start again: its first attempt waits forever, a
+    // second one ends at once.
+    let first_try = root.join("first-try");
+    let retried = env.ok(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--async",
+        "--retries",
+        "1",
+        "--params",
+        &shell(&format!(
+            "mkdir -p .ai/knowledge/state; if [ -e {m} ]; then echo '# again' > .ai/knowledge/state/again.md; \
+             else touch {m}; while true; do sleep 0.05; done; fi",
+            m = first_try.display()
+        )),
+    ]);
+    let retried = retried["thread_id"].as_str().unwrap().to_owned();
     let executions = root.join("node/executions");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !files_under(&executions)
         .iter()
         .any(|p| p.ends_with("/project/.ai/state/half.txt"))
+        || !first_try.exists()
     {
-        assert!(Instant::now() < deadline, "the run never began");
+        assert!(Instant::now() < deadline, "the runs never began");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let first_replica = env.remote(&["threads", &retried]);
+    assert_eq!(first_replica["status"], "running", "{first_replica:#}");
 
     env.node.child.kill().unwrap();
     env.node.child.wait().unwrap();
@@ -1243,8 +1266,23 @@ fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(shown["status"], "interrupted", "{shown:#}");
+    let again = env.finished(&retried);
+    assert_eq!(again["status"], "completed", "{again:#}");
+    assert_eq!(again["attempts"], 2, "{again:#}");
+    assert_eq!(
+        again["snapshot_hash"], pushed["snapshot_hash"],
+        "the second attempt starts where the first did: {again:#}"
+    );
+    assert_eq!(again["merge_type"], "fast-forward", "{again:#}");
+    assert_eq!(
+        again["runtime_output_files"]
+            .as_object()
+            .map(|files| files.keys().cloned().collect::<Vec<_>>()),
+        Some(vec![".ai/knowledge/state/again.md".to_owned()]),
+        "only the second attempt's outputs: {again:#}"
+    );
     let history = env.ok(&["remote", "history"]);
-    assert_eq!(history["head"], pushed["snapshot_hash"], "{history:#}");
+    assert_eq!(history["head"], again["head"], "{history:#}");
     std::fs::write(&gate, "").unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(!woke.exists(), "the run outlived its replica");
@@ -1263,6 +1301,7 @@ fn a_replica_killed_mid_run_has_its_run_marked_by_the_other_which_serves_on() {
         env.read(".ai/knowledge/state/other.md"),
         "# from the other\n"
     );
+    assert_eq!(env.read(".ai/knowledge/state/again.md"), "# again\n");
     drop(other);
 }
 

@@ -424,35 +424,47 @@ impl Client {
             None => format!("{}{path}", self.remote.url),
         };
         let method_value = reqwest::Method::from_bytes(method.as_bytes()).map_err(local)?;
-        let mut request = self.http.request(method_value, &url);
-        if signed {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let signing = auth::Request {
-                method,
-                path,
-                query,
-                body: &bytes,
-            };
-            for (name, value) in auth::sign(&self.key, &signing, &self.node, now, &random_hex()) {
-                request = request.header(name, value);
+        let request = || {
+            let mut request = self.http.request(method_value.clone(), &url);
+            if signed {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let signing = auth::Request {
+                    method,
+                    path,
+                    query,
+                    body: &bytes,
+                };
+                for (name, value) in auth::sign(&self.key, &signing, &self.node, now, &random_hex())
+                {
+                    request = request.header(name, value);
+                }
             }
-        }
-        if body.is_some() {
-            request = request
-                .header("content-type", "application/json")
-                .body(bytes.clone());
-        }
-        self.requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.sent_bytes
-            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            if body.is_some() {
+                request = request
+                    .header("content-type", "application/json")
+                    .body(bytes.clone());
+            }
+            self.requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.sent_bytes
+                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            request
+        };
         let transport = |e: reqwest::Error| ClientError::Transport {
             url: url.clone(),
             message: e.to_string(),
         };
-        let response = request.send().await.map_err(transport)?;
+        let response = match request().send().await {
+            // A kept connection the node closed meanwhile (as it does
+            // after refusing a body too large) fails a request before any
+            // answer; a GET changes nothing, so it goes once more, on a
+            // new connection.
+            Err(e) if method == "GET" && e.is_request() => request().send().await,
+            sent => sent,
+        }
+        .map_err(transport)?;
         let status = response.status().as_u16();
         let text = response.bytes().await.map_err(transport)?;
         let value = serde_json::from_slice(&text)
@@ -516,6 +528,9 @@ pub struct Around {
     pub secrets: std::collections::BTreeMap<String, String>,
     /// Names of secrets in the caller's vault on the node to give the run.
     pub vault_keys: Vec<String>,
+    /// How many more times an async run may start if the replica running
+    /// it dies: for items safe to run again from the start.
+    pub retries: u64,
 }
 
 impl std::fmt::Debug for Around {
@@ -525,6 +540,7 @@ impl std::fmt::Debug for Around {
             .field("pull", &self.pull)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("vault_keys", &self.vault_keys)
+            .field("retries", &self.retries)
             .finish()
     }
 }
@@ -536,6 +552,7 @@ impl Default for Around {
             pull: true,
             secrets: std::collections::BTreeMap::new(),
             vault_keys: Vec::new(),
+            retries: 0,
         }
     }
 }
@@ -1219,6 +1236,9 @@ impl Client {
         if !around.vault_keys.is_empty() {
             more.insert("vault_keys".into(), json!(around.vault_keys));
         }
+        if around.retries > 0 {
+            more.insert("retries".into(), json!(around.retries));
+        }
         let running = std::time::Instant::now();
         let mut record = self
             .execute_with(here.project_path, item_id, parameters, run_async, more)
@@ -1458,9 +1478,9 @@ impl Client {
             )
             .await?;
         let status = record["status"].as_str().unwrap_or_default();
-        if status == "running" {
+        if matches!(status, "running" | "queued") {
             return Err(ClientError::Local(format!(
-                "the run {thread_id} is still running; pull its outputs once it has ended"
+                "the run {thread_id} is still {status}; pull its outputs once it has ended"
             )));
         }
         let outputs = record["runtime_output_files"].as_object().ok_or_else(|| {

@@ -671,7 +671,7 @@ impl Db {
         Ok(())
     }
 
-    /// Records how a run ended.
+    /// Records how a run ended; its job, if it was one, goes.
     pub async fn finish_thread(
         &self,
         thread_id: &str,
@@ -680,6 +680,7 @@ impl Db {
         now: i64,
     ) -> Result<(), DbError> {
         on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
             sqlx::query(
                 "UPDATE threads SET status = $2, record = $3, finished_at = $4, lease_until = NULL \
                  WHERE thread_id = $1",
@@ -688,9 +689,13 @@ impl Db {
             .bind(status)
             .bind(record.to_string())
             .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM jobs WHERE thread_id = $1")
+                .bind(thread_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
         });
         Ok(())
     }
@@ -712,18 +717,28 @@ impl Db {
     /// Marks `interrupted` every run still recorded as running whose
     /// lease ran out by `now` or that has none, and, when `replica` is
     /// given, every run that replica holds (a replica starting again
-    /// under the same name: its runs died with its earlier process).
+    /// under the same name: its runs died with its earlier process); but
+    /// never a job with attempts left, which [`Db::requeue_orphans`]
+    /// queues again instead. The jobs of ended runs go.
     pub async fn interrupt_running(&self, now: i64, replica: Option<&str>) -> Result<u64, DbError> {
         Ok(on_pool!(self, pool => {
-            sqlx::query(
+            let cut = sqlx::query(
                 "UPDATE threads SET status = 'interrupted', finished_at = $1, lease_until = NULL \
-                 WHERE status = 'running' AND (lease_until IS NULL OR lease_until < $1 OR replica = $2)",
+                 WHERE status = 'running' AND (lease_until IS NULL OR lease_until < $1 OR replica = $2) \
+                 AND thread_id NOT IN (SELECT thread_id FROM jobs WHERE attempts < max_attempts)",
             )
             .bind(now)
             .bind(replica)
             .execute(pool)
             .await?
-            .rows_affected()
+            .rows_affected();
+            sqlx::query(
+                "DELETE FROM jobs WHERE thread_id IN \
+                 (SELECT thread_id FROM threads WHERE status NOT IN ('queued', 'running'))",
+            )
+            .execute(pool)
+            .await?;
+            cut
         }))
     }
 
@@ -1028,3 +1043,4 @@ where
 mod tests;
 
 pub mod gc;
+pub mod jobs;

@@ -85,7 +85,13 @@ impl Metrics {
     }
 
     /// The text of `/metrics`, with the gauges read at the time.
-    pub fn render(&self, active: usize, max_concurrent: usize, stored_bytes: u64) -> String {
+    pub fn render(&self, now: Gauges) -> String {
+        let Gauges {
+            active,
+            max_concurrent,
+            stored_bytes,
+            queued,
+        } = now;
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -133,6 +139,7 @@ impl Metrics {
             out,
             "# HELP rye_node_runs_active Runs under way on this replica.\n# TYPE rye_node_runs_active gauge\nrye_node_runs_active {active}\n\
              # HELP rye_node_runs_max Runs this replica takes at once.\n# TYPE rye_node_runs_max gauge\nrye_node_runs_max {max_concurrent}\n\
+             # HELP rye_node_jobs_queued Async runs waiting for a replica with a free slot, node-wide.\n# TYPE rye_node_jobs_queued gauge\nrye_node_jobs_queued {queued}\n\
              # HELP rye_node_stored_bytes Bytes every principal holds, as the database counts them.\n# TYPE rye_node_stored_bytes gauge\nrye_node_stored_bytes {stored_bytes}"
         );
         let gc = *self.gc.lock().expect("metrics lock");
@@ -146,6 +153,18 @@ impl Metrics {
         );
         out
     }
+}
+
+/// What is so at the moment metrics are asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Gauges {
+    /// Runs under way on this replica.
+    pub active: usize,
+    pub max_concurrent: usize,
+    /// Bytes every principal holds.
+    pub stored_bytes: u64,
+    /// Jobs waiting for a replica, node-wide.
+    pub queued: i64,
 }
 
 /// A label value as the text format writes it.
@@ -173,7 +192,12 @@ mod tests {
             row_bytes: 700,
             deleted: 2,
         });
-        let text = metrics.render(1, 8, 4096);
+        let text = metrics.render(Gauges {
+            active: 1,
+            max_concurrent: 8,
+            stored_bytes: 4096,
+            queued: 3,
+        });
         assert!(text.contains("rye_node_requests_total{route=\"/push\",status=\"200\"} 2\n"));
         assert!(text.contains("rye_node_requests_total{route=\"/push\",status=\"409\"} 1\n"));
         assert!(text.contains("rye_node_request_seconds_bucket{route=\"/push\",le=\"0.001\"} 1\n"));
@@ -184,6 +208,7 @@ mod tests {
         assert!(text.contains("rye_node_runs_total{status=\"completed\"} 1\n"));
         assert!(text.contains("rye_node_runs_active 1\n"));
         assert!(text.contains("rye_node_stored_bytes 4096\n"));
+        assert!(text.contains("rye_node_jobs_queued 3\n"));
         assert!(text.contains("rye_node_gc_swept_objects_total 5\n"));
         assert!(text.contains("rye_node_gc_deleted_total 2\n"));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");

@@ -38,6 +38,7 @@ use crate::watch::{Seen, Watch};
 use crate::webhook;
 
 mod gc;
+mod jobs;
 pub use gc::{GcSettings, Retention};
 
 /// How a node is set up.
@@ -139,6 +140,8 @@ pub struct Node {
     settings: Settings,
     slots: Arc<Semaphore>,
     active: AtomicUsize,
+    /// Told when a job is queued here or a slot frees.
+    queue: Arc<tokio::sync::Notify>,
     identity: Value,
     workspaces: Workspaces,
     parsed: Parsed,
@@ -168,6 +171,16 @@ async fn keep_leases(node: std::sync::Weak<Node>) {
             .await
         {
             tracing::error!("renewing this replica's leases: {e}");
+        }
+        match node.db.requeue_orphans(now_secs() as i64, None).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(
+                    "{n} queued runs whose replica let their lease run out are queued again"
+                );
+                node.queue.notify_one();
+            }
+            Err(e) => tracing::error!("looking for queued runs no replica holds: {e}"),
         }
         match node.db.interrupt_running(now_secs() as i64, None).await {
             Ok(0) => {}
@@ -401,6 +414,12 @@ impl Node {
         } = Opened::open(&settings).await?;
         let base = &settings.base;
         let replica = replica_name(base)?;
+        let requeued = db
+            .requeue_orphans(now_secs() as i64, Some(&replica))
+            .await?;
+        if requeued > 0 {
+            tracing::warn!("{requeued} queued runs no replica holds any longer are queued again");
+        }
         let interrupted = db
             .interrupt_running(now_secs() as i64, Some(&replica))
             .await?;
@@ -445,6 +464,7 @@ impl Node {
         let node = Arc::new(Node {
             slots: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
             active: AtomicUsize::new(0),
+            queue: Arc::new(tokio::sync::Notify::new()),
             db,
             bytes,
             key,
@@ -458,6 +478,7 @@ impl Node {
             rate_limit,
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
+        tokio::spawn(jobs::keep_claiming(Arc::downgrade(&node)));
         if let Some(every) = node.settings.gc.every {
             tokio::spawn(gc::keep_collecting(Arc::downgrade(&node), every));
         }
@@ -648,11 +669,13 @@ async fn counted(
 /// `GET /metrics` (no auth, like `/health`): Prometheus' text format.
 async fn metrics(State(node): State<Arc<Node>>) -> Result<axum::response::Response, Reply> {
     let stored = node.db.all_stored_bytes().await.map_err(internal)?;
-    let text = node.metrics.render(
-        node.active.load(Ordering::Relaxed),
-        node.settings.max_concurrent,
-        stored,
-    );
+    let queued = node.db.queued().await.map_err(internal)?;
+    let text = node.metrics.render(crate::metrics::Gauges {
+        active: node.active.load(Ordering::Relaxed),
+        max_concurrent: node.settings.max_concurrent,
+        stored_bytes: stored,
+        queued,
+    });
     Ok(axum::response::Response::builder()
         .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
         .body(axum::body::Body::from(text))
@@ -1618,6 +1641,9 @@ struct Job {
     secrets: std::collections::BTreeMap<String, String>,
     /// Names an envelope held that a run may not take.
     skipped: Vec<String>,
+    /// A queued run's attempt (the first is 1); none for a run waited
+    /// for.
+    attempts: Option<i64>,
 }
 
 /// Opens the secrets `body` asks for (`vault_keys`, then
@@ -1958,84 +1984,96 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
 }
 
 /// Runs what `body` asks (`item_id`, `project_path`, `parameters`,
-/// `async`) on `principal`'s project.
+/// `async`, `retries`) on `principal`'s project: at once, answered when
+/// it ends, or queued for whichever replica has a slot first.
 async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
-    let started = async {
-        let project = project_path(&body)?;
-        let item_id = body
-            .get("item_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no item_id (text)"))?
-            .to_owned();
-        let (kind, id) = item(&item_id).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
-        let parameters = match body.get("parameters") {
-            None | Some(Value::Null) => json!({}),
-            Some(p @ Value::Object(_)) => p.clone(),
-            Some(_) => {
-                return Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "parameters is not a JSON object",
-                ));
-            }
-        };
-        let run_async = body.get("async").and_then(Value::as_bool).unwrap_or(false);
-        let (secrets, skipped) = secrets_of(&node, &principal, &body).await?;
-        let permit = Arc::clone(&node.slots).try_acquire_owned().map_err(|_| {
+    let project = project_path(&body)?;
+    let item_id = body
+        .get("item_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "no item_id (text)"))?
+        .to_owned();
+    let (kind, id) = item(&item_id).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+    let parameters = match body.get("parameters") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "parameters is not a JSON object",
+            ));
+        }
+    };
+    let run_async = match body.get("async") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(run_async)) => *run_async,
+        Some(_) => return Err(error(StatusCode::BAD_REQUEST, "async is true or false")),
+    };
+    let retries = jobs::retries(&body, run_async)?;
+    let (secrets, skipped) = secrets_of(&node, &principal, &body).await?;
+    let at_capacity = || {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the node runs {} items already",
+                node.settings.max_concurrent
+            ),
+        )
+    };
+    // An async run takes a slot on whichever replica claims it; the
+    // queue it waits in is bounded instead.
+    let permit = if run_async {
+        None
+    } else {
+        Some(
+            Arc::clone(&node.slots)
+                .try_acquire_owned()
+                .map_err(|_| at_capacity())?,
+        )
+    };
+    let base = node
+        .db
+        .head(&principal, &project)
+        .await
+        .map_err(internal)?
+        .and_then(|h| h.parse::<ContentHash>().ok())
+        .ok_or_else(|| {
             error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the node runs {} items already",
-                    node.settings.max_concurrent
-                ),
+                StatusCode::NOT_FOUND,
+                format!("project {project:?} was never pushed to this node"),
             )
         })?;
-        let base = node
-            .db
-            .head(&principal, &project)
-            .await
-            .map_err(internal)?
-            .and_then(|h| h.parse::<ContentHash>().ok())
-            .ok_or_else(|| {
-                error(
-                    StatusCode::NOT_FOUND,
-                    format!("project {project:?} was never pushed to this node"),
-                )
-            })?;
-        let thread_id = start_thread(&node, &principal, &project, &item_id, id, &base).await?;
-        let job = Job {
-            principal: principal.clone(),
-            project,
-            kind: kind.to_owned(),
-            id: id.to_owned(),
-            item_id,
-            parameters,
-            base,
-            thread_id,
-            secrets,
-            skipped,
-        };
-        Ok((job, permit, run_async))
-    }
-    .await;
-    let (job, permit, run_async) = started?;
-    if run_async {
-        let thread_id = job.thread_id.clone();
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = finish(&node, job).await;
-        });
+    let Some(permit) = permit else {
+        drop(secrets);
+        let thread_id =
+            jobs::enqueue(&node, &principal, &body, &item_id, id, &base, retries).await?;
         return Ok(reply(
             StatusCode::ACCEPTED,
             json!({"status": "accepted", "thread_id": thread_id, "async": true,
                    "message": "the run goes on; ask GET /threads/{thread_id} for how it ended"}),
         ));
-    }
+    };
+    let thread_id = start_thread(&node, &principal, &project, &item_id, id, &base).await?;
+    let job = Job {
+        principal,
+        project,
+        kind: kind.to_owned(),
+        id: id.to_owned(),
+        item_id,
+        parameters,
+        base,
+        thread_id,
+        secrets,
+        skipped,
+        attempts: None,
+    };
     // The run is a task of its own, so a caller that hangs up does not cut
     // it short: it finishes, folds back and is recorded all the same.
     let run = tokio::spawn(async move {
-        let _permit = permit;
-        finish(&node, job).await
+        let ended = finish(&node, job).await;
+        drop(permit);
+        node.queue.notify_one();
+        ended
     });
     match run.await {
         Ok((status, record)) => Ok(reply(status, record)),
@@ -2043,7 +2081,58 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
     }
 }
 
-/// Records a new run; its thread id (`rye-remote-<id>-<ms>`, made unique).
+/// A thread id for a run of `id` (`rye-remote-<id>-<ms>`), bumped by
+/// `bump` ms to make it unique.
+fn thread_id_of(id: &str, bump: i64) -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    format!("rye-remote-{}-{}", id.replace('/', "-"), ms + bump)
+}
+
+/// A new run's row, recorded as `status`.
+fn thread_row(
+    thread_id: &str,
+    project: &str,
+    item_id: &str,
+    base: &ContentHash,
+    status: &str,
+) -> ThreadRow {
+    ThreadRow {
+        thread_id: thread_id.to_owned(),
+        project_path: project.to_owned(),
+        item_id: item_id.to_owned(),
+        status: status.to_owned(),
+        created_at: now_secs() as i64,
+        finished_at: None,
+        record: json!({"status": status, "thread_id": thread_id, "item_id": item_id,
+                       "project_path": project, "snapshot_hash": base.hex()}),
+    }
+}
+
+/// Records a run of `id` with `record` under a thread id of its own
+/// (`rye-remote-<id>-<ms>`, bumped until it is new); the id and what
+/// `record` answered.
+async fn under_new_id<T, F, Fut>(id: &str, mut record: F) -> Result<(String, T), Reply>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, DbError>>,
+{
+    let mut last = None;
+    for bump in 0..20 {
+        let thread_id = thread_id_of(id, bump);
+        match record(thread_id.clone()).await {
+            Ok(answer) => return Ok((thread_id, answer)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(internal(last.map_or_else(
+        || "no thread id".to_owned(),
+        |e| e.to_string(),
+    )))
+}
+
+/// Records a new run, held by this replica; its thread id.
 async fn start_thread(
     node: &Node,
     principal: &str,
@@ -2052,35 +2141,14 @@ async fn start_thread(
     id: &str,
     base: &ContentHash,
 ) -> Result<String, Reply> {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let mut last = None;
-    for bump in 0..20 {
-        let thread_id = format!("rye-remote-{}-{}", id.replace('/', "-"), ms + bump);
-        let row = ThreadRow {
-            thread_id: thread_id.clone(),
-            project_path: project.to_owned(),
-            item_id: item_id.to_owned(),
-            status: "running".into(),
-            created_at: now_secs() as i64,
-            finished_at: None,
-            record: json!({"status": "running", "thread_id": thread_id, "item_id": item_id,
-                           "project_path": project, "snapshot_hash": base.hex()}),
-        };
-        match node
-            .db
+    let (thread_id, ()) = under_new_id(id, |thread_id| async move {
+        let row = thread_row(&thread_id, project, item_id, base, "running");
+        node.db
             .start_thread(principal, &row, &node.replica, node.lease_until())
             .await
-        {
-            Ok(()) => return Ok(thread_id),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(internal(last.map_or_else(
-        || "no thread id".to_owned(),
-        |e| e.to_string(),
-    )))
+    })
+    .await?;
+    Ok(thread_id)
 }
 
 /// Runs `job` to its end and records how it ended; the answer. A run
@@ -2104,6 +2172,10 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
         ),
     };
     node.metrics.run_ended(&state);
+    record["replica"] = json!(node.replica);
+    if let Some(attempts) = job.attempts {
+        record["attempts"] = json!(attempts);
+    }
     if !job.secrets.is_empty() || !job.skipped.is_empty() {
         // The names the run was given, never their values.
         record["secrets"] = json!({"names": job.secrets.keys().collect::<Vec<_>>(),

@@ -849,6 +849,35 @@ async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(s
     served.task.abort();
 }
 
+/// Two replicas of one node (`a` and `b`) on `stores`, each with a
+/// folder of its own in `dir`, one key between them, set up further by
+/// `adjust`; and a key authorized with every scope.
+async fn two_replicas(
+    dir: &Path,
+    stores: &Stores,
+    adjust: impl Fn(&str, &mut Settings),
+) -> (Served, Served, Keypair) {
+    let replica = |name: &str| {
+        let runner = Runner {
+            program: "/nonexistent/rye".into(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(5),
+        };
+        let mut settings = stores.settings(&dir.join(name), runner);
+        settings.signing_key_dir = Some(dir.join("key"));
+        adjust(name, &mut settings);
+        serve_with(settings)
+    };
+    let a = replica("a").await;
+    let b = replica("b").await;
+    let alice = Keypair::generate().unwrap();
+    a.node
+        .authorize(alice.public(), "alice", &["*".into()])
+        .await
+        .unwrap();
+    (a, b, alice)
+}
+
 /// Two replicas of one node, each with a folder of its own, sharing one
 /// PostgreSQL database, one bucket and one key: what one is told, the
 /// other knows (heads, objects, authorized keys, nonces, webhook
@@ -861,25 +890,9 @@ async fn two_replicas_on_one_database_and_bucket_answer_as_one_node() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let replica = |name: &str| {
-        let runner = Runner {
-            program: "/nonexistent/rye".into(),
-            env: Vec::new(),
-            timeout: Duration::from_secs(5),
-        };
-        let mut settings = stores.settings(&dir.path().join(name), runner);
-        settings.signing_key_dir = Some(dir.path().join("key"));
-        serve_with(settings)
-    };
-    let a = replica("a").await;
-    let b = replica("b").await;
+    let (a, b, alice) = two_replicas(dir.path(), stores, |_, _| {}).await;
     let node = a.node.fingerprint().to_owned();
     assert_eq!(b.node.fingerprint(), node, "one key, one node");
-    let alice = Keypair::generate().unwrap();
-    a.node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
     let pins = dir.path().join("known_nodes.json");
 
     // Pushed through one, pushed on top of through the other.
@@ -1683,4 +1696,207 @@ async fn quota_collection_on(stores: Stores) {
         .collect();
     assert_eq!(reasons, [&json!("quota")], "{stats}");
     served.task.abort();
+}
+
+/// A stand-in for `rye` that logs when it starts and ends (with the
+/// replica's name from its environment), sleeps `seconds` and answers
+/// success.
+fn logging_runner(dir: &Path, replica: &str, seconds: f64) -> Runner {
+    use std::os::unix::fs::PermissionsExt as _;
+    let log = dir.join("runs.log");
+    let script = dir.join("logging-rye");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat > /dev/null\necho \"$REPLICA start\" >> {log}\nsleep {seconds}\n\
+             echo \"$REPLICA end\" >> {log}\necho '{{\"status\": \"success\", \"data\": {{}}}}'\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Runner {
+        program: script,
+        env: vec![
+            ("REPLICA".into(), replica.into()),
+            ("PATH".into(), "/usr/bin:/bin".into()),
+        ],
+        timeout: Duration::from_secs(30),
+    }
+}
+
+/// Async runs all sent to one replica wait in the database's queue and
+/// run on whichever replica has a free slot first: neither replica ever
+/// runs more than its `max_concurrent` at once, a full queue is answered
+/// 503 (and the client's retry gets in later), and every run accepted
+/// ends, recorded with the replica that ran it.
+#[tokio::test]
+async fn async_runs_queue_in_the_database_and_run_on_any_replica_within_its_slots() {
+    let stores = all_stores("async runs queued for two replicas");
+    let Some(stores @ Stores::Shared { .. }) = stores.last() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, alice) = two_replicas(dir.path(), stores, |name, settings| {
+        settings.runner = logging_runner(dir.path(), name, 1.0);
+        settings.max_concurrent = 2;
+    })
+    .await;
+    let pins = dir.path().join("known_nodes.json");
+    let folder = dir.path().join("project");
+    project(&folder, 2, "queued");
+    let via_a = Client::connect(&remote(&a.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    via_a.push(&folder, None, &[], "q").await.unwrap();
+
+    // Sixteen runs of a second each, one every 50 ms, all to a.
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    while accepted.len() < 16 {
+        match via_a.execute("q", "tool:demo/x", &json!({}), true).await {
+            Ok(answer) => {
+                assert_eq!(answer["status"], "accepted", "{answer}");
+                accepted.push(answer["thread_id"].as_str().unwrap().to_owned());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(ClientError::Node { status: 503, body }) => {
+                assert!(
+                    body["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("wait for a free replica"),
+                    "{body}"
+                );
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("neither accepted nor 503: {e}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "four run at once and two wait: the rest must be refused"
+    );
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut ran_on = std::collections::BTreeMap::<String, usize>::new();
+    for thread in &accepted {
+        let record = loop {
+            let record = via_a
+                .call("GET", &format!("/threads/{thread}"), None, None)
+                .await
+                .unwrap();
+            if !matches!(record["status"].as_str(), Some("queued" | "running")) {
+                break record;
+            }
+            assert!(std::time::Instant::now() < deadline, "{record:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(record["status"], "completed", "{record:#}");
+        assert_eq!(record["attempts"], 1, "{record:#}");
+        *ran_on
+            .entry(record["replica"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(ran_on.len(), 2, "both replicas ran some: {ran_on:?}");
+
+    // Never more than two at once on either.
+    let log = std::fs::read_to_string(dir.path().join("runs.log")).unwrap();
+    let mut now = std::collections::BTreeMap::<&str, i32>::new();
+    let mut most = std::collections::BTreeMap::<&str, i32>::new();
+    for line in log.lines() {
+        let (name, what) = line.split_once(' ').unwrap();
+        let at = now.entry(name).or_default();
+        *at += if what == "start" { 1 } else { -1 };
+        let peak = most.entry(name).or_default();
+        *peak = (*peak).max(*at);
+    }
+    assert_eq!(log.lines().count(), 32, "{log}");
+    assert!(most.values().all(|&peak| peak <= 2), "{most:?}\n{log}");
+    assert_eq!(most.len(), 2, "{log}");
+    let metrics = reqwest::get(format!("{}/metrics", b.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("rye_node_jobs_queued 0\n"), "{metrics}");
+    a.task.abort();
+    b.task.abort();
+}
+
+/// An execute asking for what cannot be is refused with what is wrong,
+/// before anything is queued or recorded.
+#[tokio::test]
+async fn an_execute_with_a_bad_field_is_refused_and_queues_nothing() {
+    for stores in all_stores("bad execute requests") {
+        let dir = tempfile::tempdir().unwrap();
+        let served = serve(dir.path(), &stores).await;
+        let node = served.node.fingerprint().to_owned();
+        let alice = Keypair::generate().unwrap();
+        served
+            .node
+            .authorize(alice.public(), "alice", &["*".into()])
+            .await
+            .unwrap();
+        let folder = dir.path().join("project");
+        project(&folder, 1, "bad");
+        Client::connect(
+            &remote(&served.url),
+            keypair_copy(&alice),
+            &dir.path().join("pins.json"),
+        )
+        .await
+        .unwrap()
+        .push(&folder, None, &[], "p")
+        .await
+        .unwrap();
+        let base = json!({"item_id": "tool:demo/x", "project_path": "p", "async": true});
+        let with = |field: &str, value: Value| {
+            let mut body = base.clone();
+            body[field] = value;
+            body
+        };
+        for (body, says) in [
+            (with("item_id", json!("tool:../x")), "plain names"),
+            (with("item_id", json!(7)), "item_id"),
+            (
+                with("parameters", json!([1])),
+                "parameters is not a JSON object",
+            ),
+            (with("async", json!("yes")), "async is true or false"),
+            (with("retries", json!(-1)), "retries is a whole number"),
+            (with("retries", json!(6)), "retries is a whole number"),
+            (with("retries", json!(1.5)), "retries is a whole number"),
+            (with("retries", json!("2")), "retries is a whole number"),
+            (
+                json!({"item_id": "tool:demo/x", "project_path": "p", "retries": 1}),
+                "retries is for async runs",
+            ),
+            (with("vault_keys", json!("NAME")), "vault_keys"),
+            (with("secret_envelope", json!({"v": 1})), "secret_envelope"),
+        ] {
+            let (status, answer) =
+                fresh((&served.url, &node), &alice, "POST", "/execute", &body).await;
+            assert_eq!(status, 400, "{body} → {answer}");
+            assert!(
+                answer["error"].as_str().unwrap_or_default().contains(says),
+                "{body} → {answer}"
+            );
+        }
+        let (status, answer) = fresh(
+            (&served.url, &node),
+            &alice,
+            "POST",
+            "/execute",
+            &with("project_path", json!("never-pushed")),
+        )
+        .await;
+        assert_eq!(status, 404, "{answer}");
+        let (_, threads) = fresh((&served.url, &node), &alice, "GET", "/threads", &json!({})).await;
+        assert_eq!(threads["threads"], json!([]), "{threads}");
+        assert_eq!(served.node.db().queued().await.unwrap(), 0);
+        served.task.abort();
+    }
 }

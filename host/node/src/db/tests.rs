@@ -436,3 +436,161 @@ async fn collection(db: Db) {
         "5 is staged, 6 abandoned"
     );
 }
+
+#[tokio::test]
+async fn queued_jobs_are_claimed_once_each_and_a_dead_replicas_go_back_or_are_interrupted() {
+    for place in places("jobs") {
+        jobs(&place).await;
+    }
+}
+
+async fn jobs(place: &Place) {
+    let db = place.open().await;
+    let row = |id: &str, at: i64| ThreadRow {
+        thread_id: id.into(),
+        project_path: "/p".into(),
+        item_id: "tool:t".into(),
+        status: "queued".into(),
+        created_at: at,
+        finished_at: None,
+        record: serde_json::json!({}),
+    };
+    let request = |n: i64| serde_json::json!({"n": n});
+    let status = |id: &'static str| {
+        let db = db.clone();
+        async move {
+            let alice = db.thread("alice", id).await.unwrap();
+            let bob = db.thread("bob", id).await.unwrap();
+            alice.or(bob).map(|t| t.status)
+        }
+    };
+
+    // At most three wait; a fourth is not half queued.
+    assert!(
+        db.enqueue("alice", &row("once", 1), &request(1), 1, 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        db.enqueue("alice", &row("twice", 2), &request(2), 2, 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        db.enqueue("bob", &row("later", 3), &request(3), 1, 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !db.enqueue("bob", &row("over", 4), &request(4), 1, 3)
+            .await
+            .unwrap()
+    );
+    assert_eq!(status("over").await, None);
+    assert_eq!(db.queued().await.unwrap(), 3);
+
+    // Oldest first, each once.
+    let first = db.claim("replica-a", 100).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            first.thread_id.as_str(),
+            first.principal.as_str(),
+            first.attempts,
+            first.max_attempts
+        ),
+        ("once", "alice", 1, 1)
+    );
+    assert_eq!(first.request, request(1));
+    assert_eq!(
+        db.claim("replica-a", 100).await.unwrap().unwrap().thread_id,
+        "twice"
+    );
+    assert_eq!(status("twice").await.as_deref(), Some("running"));
+    assert_eq!(
+        db.claim("replica-b", 100).await.unwrap().unwrap().thread_id,
+        "later"
+    );
+    assert!(db.claim("replica-b", 100).await.unwrap().is_none());
+    assert_eq!(db.queued().await.unwrap(), 0);
+
+    // b ends its job; a dies holding two: the one with an attempt left
+    // goes back to the queue, the other is interrupted.
+    db.finish_thread("later", "completed", &serde_json::json!({}), 50)
+        .await
+        .unwrap();
+    assert_eq!(db.requeue_orphans(90, None).await.unwrap(), 0, "leased");
+    assert_eq!(db.interrupt_running(90, None).await.unwrap(), 0, "leased");
+    assert_eq!(db.interrupt_running(150, None).await.unwrap(), 1);
+    assert_eq!(status("once").await.as_deref(), Some("interrupted"));
+    assert_eq!(
+        status("twice").await.as_deref(),
+        Some("running"),
+        "a job with an attempt left is never interrupted"
+    );
+    assert_eq!(db.requeue_orphans(150, None).await.unwrap(), 1);
+    assert_eq!(status("twice").await.as_deref(), Some("queued"));
+    assert_eq!(status("later").await.as_deref(), Some("completed"));
+    let again = db.claim("replica-b", 300).await.unwrap().unwrap();
+    assert_eq!((again.thread_id.as_str(), again.attempts), ("twice", 2));
+    // Out of attempts, dying again marks it.
+    assert_eq!(db.requeue_orphans(400, None).await.unwrap(), 0);
+    assert_eq!(db.interrupt_running(400, None).await.unwrap(), 1);
+    assert_eq!(status("twice").await.as_deref(), Some("interrupted"));
+
+    // A replica starting again under its name: what it held goes back
+    // at once, lease or no lease.
+    assert!(
+        db.enqueue("alice", &row("held", 5), &request(5), 3, 3)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        db.claim("replica-c", 10_000)
+            .await
+            .unwrap()
+            .unwrap()
+            .thread_id,
+        "held"
+    );
+    assert_eq!(db.requeue_orphans(500, Some("replica-d")).await.unwrap(), 0);
+    assert_eq!(db.requeue_orphans(500, Some("replica-c")).await.unwrap(), 1);
+    let held = db.claim("replica-c", 10_000).await.unwrap().unwrap();
+    assert_eq!(held.attempts, 2);
+    db.finish_thread("held", "completed", &serde_json::json!({}), 600)
+        .await
+        .unwrap();
+
+    // Sixteen claimers on two connections to the database, 60 jobs:
+    // each claimed exactly once.
+    for i in 0..60 {
+        let id = format!("many-{i:02}");
+        assert!(
+            db.enqueue("bob", &row(&id, 1_000 + i), &request(i), 1, 100)
+                .await
+                .unwrap()
+        );
+    }
+    let other = place.open().await;
+    let mut claimers = Vec::new();
+    for c in 0..16 {
+        let db = if c % 2 == 0 {
+            db.clone()
+        } else {
+            other.clone()
+        };
+        claimers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(job) = db.claim(&format!("r{c}"), 10_000).await.unwrap() {
+                got.push(job.thread_id);
+            }
+            got
+        }));
+    }
+    let mut claimed = Vec::new();
+    for claimer in claimers {
+        claimed.extend(claimer.await.unwrap());
+    }
+    claimed.sort();
+    let want: Vec<String> = (0..60).map(|i| format!("many-{i:02}")).collect();
+    assert_eq!(claimed, want);
+}
