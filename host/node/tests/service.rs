@@ -1900,3 +1900,230 @@ async fn an_execute_with_a_bad_field_is_refused_and_queues_nothing() {
         served.task.abort();
     }
 }
+
+/// A stand-in for `rye` whose every run leaves a note of its own under
+/// `.ai/knowledge/state/`, so that each run folds a change back.
+fn noting_runner(dir: &Path) -> Runner {
+    use std::os::unix::fs::PermissionsExt as _;
+    let script = dir.join("noting-rye");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\nmkdir -p .ai/knowledge/state\n\
+         n=\"$(date +%s%N)-$$\"\necho \"# run $n\" > .ai/knowledge/state/run-$n.md\n\
+         echo '{\"status\": \"success\", \"data\": {}}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Runner {
+        program: script,
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        timeout: Duration::from_secs(60),
+    }
+}
+
+/// Twenty clients on four projects push and run items through two
+/// replicas at once for three rounds each, while both replicas collect
+/// garbage back to back with a one-second grace and the shortest
+/// retention.
+/// Every push lands or is told the head moved (409), or is refused whole
+/// by a collection's fence or the node's capacity (400/503); every run
+/// accepted ends and folds back; each client checks the head out whole
+/// into an empty folder after every round; and at the end every head's
+/// closure is held and stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_clients_push_and_run_through_two_replicas_while_both_collect() {
+    let stores = all_stores("twenty clients on two replicas");
+    let Some(stores @ Stores::Shared { .. }) = stores.last() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, alice) = two_replicas(dir.path(), stores, |_, settings| {
+        settings.runner = noting_runner(dir.path());
+        settings.gc.every = None;
+        settings.gc.grace = Duration::from_secs(1);
+        settings.gc.staged_for = Duration::ZERO;
+    })
+    .await;
+    let fp = a.node.fingerprint().to_owned();
+    let pins = dir.path().join("known_nodes.json");
+    let urls = [a.url.clone(), b.url.clone()];
+    // Each project has a head before the race begins.
+    for p in 0..4 {
+        let folder = dir.path().join(format!("first{p}"));
+        project(&folder, 4, "first");
+        Client::connect(&remote(&a.url), keypair_copy(&alice), &pins)
+            .await
+            .unwrap()
+            .push(&folder, None, &[], &format!("p{p}"))
+            .await
+            .unwrap();
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collectors: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let (url, fp, key, done) = (
+                url.clone(),
+                fp.clone(),
+                keypair_copy(&alice),
+                Arc::clone(&done),
+            );
+            tokio::spawn(async move {
+                let mut rounds = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ask = json!({"retention_days": 0, "max_manual_pushes": 1});
+                    let (status, report) = fresh((&url, &fp), &key, "POST", "/gc", &ask).await;
+                    assert_eq!(status, 200, "{report}");
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+
+    let mut clients = Vec::new();
+    for c in 0..20 {
+        let folder = dir.path().join(format!("c{c}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        let project_path = format!("p{}", c % 4);
+        let url = urls[c % 2].clone();
+        let (key, pins, dir) = (keypair_copy(&alice), pins.clone(), dir.path().to_owned());
+        clients.push(tokio::spawn(async move {
+            let client = Client::connect(&remote(&url), key, &pins).await.unwrap();
+            client.pull(&folder, &[], &project_path).await.unwrap();
+            let (mut pushes, mut runs, mut threads) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..3 {
+                std::fs::write(
+                    folder.join(format!(".ai/knowledge/notes/c{c}-{round}.md")),
+                    format!("# {c} round {round}\n"),
+                )
+                .unwrap();
+                // Pushed; on a 409, the head merged in here and pushed
+                // once more.
+                for attempt in 0..2 {
+                    let status = match client.push(&folder, None, &[], &project_path).await {
+                        Ok(_) => 200,
+                        Err(ClientError::Node { status, body }) => {
+                            assert!(matches!(status, 409 | 400 | 503), "{status}: {body}");
+                            if status == 409 {
+                                assert!(body.get("actual").is_some(), "{body}");
+                            }
+                            status
+                        }
+                        Err(e) => panic!("a push neither landed nor was refused: {e}"),
+                    };
+                    pushes.push(status);
+                    if status != 409 || attempt == 1 {
+                        break;
+                    }
+                    let merged = client.pull(&folder, &[], &project_path).await.unwrap();
+                    assert_ne!(merged["status"], "conflict", "{merged:#}");
+                }
+                let run_async = (c + round) % 2 == 0;
+                runs.push(
+                    match client
+                        .execute(&project_path, "tool:demo/x", &json!({}), run_async)
+                        .await
+                    {
+                        Ok(answer) => {
+                            threads.push(answer["thread_id"].as_str().unwrap().to_owned());
+                            200
+                        }
+                        Err(ClientError::Node { status: 503, .. }) => 503,
+                        Err(e) => {
+                            panic!("a run neither started nor was refused: {e} after {pushes:?}")
+                        }
+                    },
+                );
+                // The head as it is now comes out whole.
+                let checkout = dir.join(format!("checkout-{c}-{round}"));
+                std::fs::create_dir_all(&checkout).unwrap();
+                let pulled = client.pull(&checkout, &[], &project_path).await;
+                assert!(pulled.is_ok(), "the head comes out whole: {pulled:?}");
+            }
+            (client, pushes, runs, threads)
+        }));
+    }
+    let mut all = Vec::new();
+    for client in clients {
+        all.push(client.await.unwrap());
+    }
+    // Every run accepted ends, folded back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut merges = std::collections::BTreeMap::<String, usize>::new();
+    for (client, _, _, threads) in &all {
+        for thread in threads {
+            let record = loop {
+                let record = client
+                    .call("GET", &format!("/threads/{thread}"), None, None)
+                    .await
+                    .unwrap();
+                if !matches!(record["status"].as_str(), Some("queued" | "running")) {
+                    break record;
+                }
+                assert!(std::time::Instant::now() < deadline, "{record:#}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            assert_eq!(record["status"], "completed", "{record:#}");
+            *merges
+                .entry(record["merge_type"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for collector in collectors {
+        let rounds = collector.await.unwrap();
+        assert!(rounds > 3, "collections ran throughout: {rounds}");
+    }
+    let pushes: Vec<u16> = all.iter().flat_map(|r| r.1.clone()).collect();
+    let runs: Vec<u16> = all.iter().flat_map(|r| r.2.clone()).collect();
+    assert!(pushes.contains(&200) && pushes.contains(&409), "{pushes:?}");
+    assert!(runs.iter().filter(|&&s| s == 200).count() >= 20, "{runs:?}");
+    // Five runs on one head race each other and four clients' pushes: a
+    // fold-back may lose its five tries (the spec's `retry_exhausted`),
+    // never conflict, since no two write one file.
+    assert!(
+        merges
+            .keys()
+            .all(|m| ["fast-forward", "merge", "retry_exhausted"].contains(&m.as_str())),
+        "every run's note folds in: {merges:?}"
+    );
+    let count = |all: &[u16], status| all.iter().filter(|&&s| s == status).count();
+    eprintln!(
+        "pushes: {} landed, {} 409, {} refused; runs: {} started, {} 503; folded: {merges:?}",
+        count(&pushes, 200),
+        count(&pushes, 409),
+        count(&pushes, 400) + count(&pushes, 503),
+        count(&runs, 200),
+        count(&runs, 503),
+    );
+
+    // Every head whole, in the database's rows and the bucket's bytes.
+    let store = store_of(&dir.path().join("a"), stores);
+    for p in 0..4 {
+        let project_path = format!("p{p}");
+        let head = a
+            .node
+            .db()
+            .head(alice.fingerprint(), &project_path)
+            .await
+            .unwrap()
+            .unwrap();
+        let closure = closure_of(&store, &head).await;
+        let held = a
+            .node
+            .db()
+            .held(alice.fingerprint(), &closure)
+            .await
+            .unwrap();
+        for hash in &closure {
+            assert!(held.contains(hash), "{hash} of {project_path} is held");
+            assert!(
+                store.has(&hash.parse().unwrap()).await.unwrap().is_some(),
+                "{hash} of {project_path} is stored"
+            );
+        }
+    }
+    a.task.abort();
+    b.task.abort();
+}
