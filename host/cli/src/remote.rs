@@ -273,6 +273,28 @@ pub enum RemoteAction {
         #[arg(long)]
         remote: Option<String>,
     },
+    /// API keys of this key's on the node: bearer tokens (`rye_sk_…`)
+    /// for callers that cannot sign requests, within this key's scopes.
+    /// `create --label L [--scope node:read]… [--expires-at T]` shows the
+    /// token once; `list`; `revoke KEY_ID`. A remote whose entry names
+    /// `key_env: VAR` sends the API key in VAR instead of signing.
+    ApiKey {
+        /// create, list or revoke.
+        action: String,
+        /// The key to revoke (`ak_…`).
+        key_id: Option<String>,
+        #[arg(long)]
+        label: Option<String>,
+        /// node:push, node:execute, node:read or node:* (repeatable; none:
+        /// all three).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+        /// When it stops working (YYYY-MM-DDTHH:MM:SSZ).
+        #[arg(long, value_name = "TIME")]
+        expires_at: Option<String>,
+        #[arg(long)]
+        remote: Option<String>,
+    },
     /// Do what the JSON request on stdin asks ({"action": "push" |
     /// "execute" | "threads" | "history" | "pull" | "list", ...}): the
     /// system tool rye/core/remote/remote runs this.
@@ -591,6 +613,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
                     "url": r.url,
                     "node_id": r.node_id,
                     "timeout": r.timeout.as_secs_f64(),
+                    "key_env": r.key_env,
                     "pinned": known.get(format!("{} {}", r.name, r.url)).map(|fp| format!("fp:{}", fp.as_str().unwrap_or_default())),
                 })
             })
@@ -608,6 +631,7 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         | RemoteAction::Gc { remote, .. }
         | RemoteAction::Webhook { remote, .. }
         | RemoteAction::Vault { remote, .. }
+        | RemoteAction::ApiKey { remote, .. }
         | RemoteAction::Pull { remote, .. } => remote.clone(),
         RemoteAction::List | RemoteAction::Manage => None,
     };
@@ -615,6 +639,20 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         match (action.as_str(), target) {
             ("bind" | "unbind", Some(_)) | ("list", None) => {}
             _ => anyhow::bail!("rye remote webhook bind KIND:ID | list | unbind HOOK_ID"),
+        }
+    }
+    if let RemoteAction::ApiKey {
+        action,
+        key_id,
+        label,
+        ..
+    } = &action
+    {
+        match (action.as_str(), key_id, label) {
+            ("create", None, Some(_)) | ("list", None, None) | ("revoke", Some(_), None) => {}
+            _ => anyhow::bail!(
+                "rye remote api-key create --label LABEL [--scope S]… [--expires-at T] | list | revoke KEY_ID"
+            ),
         }
     }
     if let RemoteAction::Vault { action, name, .. } = &action {
@@ -653,17 +691,29 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
         _ => std::collections::BTreeMap::new(),
     };
     let remote = client::pick(&remotes, name.as_deref()).map_err(failed)?;
-    let key_dir = cx
-        .key_dir
-        .context("no signing key folder (set RYE_SIGNING_KEY_DIR)")?;
-    let key = rye_integrity::Keypair::load(key_dir)
-        .with_context(|| format!("the signing key that signs requests to {}", remote.name))?;
+    let credentials = match &remote.key_env {
+        Some(var) => client::Credentials::ApiKey(std::env::var(var).with_context(|| {
+            format!(
+                "remote {} sends the API key in {var} (key_env), which is not set here",
+                remote.name
+            )
+        })?),
+        None => {
+            let key_dir = cx
+                .key_dir
+                .context("no signing key folder (set RYE_SIGNING_KEY_DIR)")?;
+            let key = rye_integrity::Keypair::load(key_dir).with_context(|| {
+                format!("the signing key that signs requests to {}", remote.name)
+            })?;
+            client::Credentials::Key(Box::new(key))
+        }
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let answer = runtime.block_on(async {
-        let client = Client::connect(remote, key, &pins).await?;
+        let client = Client::connect_as(remote, credentials, &pins).await?;
         match action {
             RemoteAction::Push { .. } => {
                 let pushed = client
@@ -819,6 +869,28 @@ pub fn remote(action: RemoteAction, cx: &Settings<'_>, out: &mut impl Write) -> 
             RemoteAction::Pull { .. } => {
                 client.pull(cx.project, &space_refs, &project_path).await
             }
+            RemoteAction::ApiKey {
+                action,
+                key_id,
+                label,
+                scopes,
+                expires_at,
+                ..
+            } => match (action.as_str(), key_id) {
+                ("create", _) => {
+                    let mut body = json!({"label": label, "expires_at": expires_at});
+                    if !scopes.is_empty() {
+                        body["scopes"] = json!(scopes);
+                    }
+                    client.call("POST", "/api-keys", None, Some(&body)).await
+                }
+                ("revoke", Some(id)) => {
+                    client
+                        .call("DELETE", &format!("/api-keys/{}", client::encode(&id)), None, None)
+                        .await
+                }
+                _ => client.call("GET", "/api-keys", None, None).await,
+            },
             RemoteAction::List | RemoteAction::Manage => unreachable!("answered above"),
         }
     });

@@ -1736,3 +1736,89 @@ fn the_doctor_names_what_a_node_stands_on_and_what_fails() {
         .unwrap();
     assert_eq!(database["ok"], false, "{report:#}");
 }
+
+/// An API key made with `rye remote api-key create` reads and runs items
+/// through a remote whose entry names `key_env`, with no signing key at
+/// all; it cannot push; once revoked it is refused.
+#[test]
+fn an_api_key_named_by_key_env_runs_items_without_a_signing_key() {
+    let env = env();
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let minted = env.ok(&[
+        "remote",
+        "api-key",
+        "create",
+        "--label",
+        "ci",
+        "--scope",
+        "node:read",
+        "--scope",
+        "node:execute",
+    ]);
+    let token = minted["token"].as_str().unwrap().to_owned();
+    let key_id = minted["key_id"].as_str().unwrap().to_owned();
+    let remotes = env.project().join(".ai/config/remotes/remotes.yaml");
+    let signed = std::fs::read_to_string(&remotes).unwrap();
+    let bearing_remote = format!(
+        "defaults: {{timeout: 120}}\nproject_path: demo-project\nremotes:\n  default: {{url: \"{}\", key_env: RYE_TEST_API_KEY}}\n",
+        env.node.url
+    );
+    std::fs::write(&remotes, &bearing_remote).unwrap();
+    let bearing = |args: &[&str]| {
+        env.command(args)
+            .env("RYE_TEST_API_KEY", &token)
+            .env("RYE_SIGNING_KEY_DIR", env.root.path().join("no-keys"))
+            .output()
+            .unwrap()
+    };
+
+    let unset = env.rye(&["remote", "threads"]);
+    assert!(!unset.status.success());
+    assert!(
+        String::from_utf8_lossy(&unset.stderr).contains("RYE_TEST_API_KEY"),
+        "{}",
+        String::from_utf8_lossy(&unset.stderr)
+    );
+    let ran = bearing(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--no-push",
+        "--no-pull",
+        "--params",
+        &shell("cat .ai/knowledge/notes/a.md"),
+    ]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let ran: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(ran["status"], "completed", "{ran:#}");
+    assert!(ran["result"].to_string().contains("# a"), "{ran:#}");
+    env.write(".ai/knowledge/notes/b.md", "# b\n");
+    let pushed = bearing(&["remote", "push"]);
+    assert!(!pushed.status.success());
+    assert!(
+        String::from_utf8_lossy(&pushed.stderr).contains("may not node.push"),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+
+    // Revoked by a signed request, it is refused.
+    std::fs::write(&remotes, &signed).unwrap();
+    let listed = env.ok(&["remote", "api-key", "list"]);
+    assert_eq!(listed["api_keys"][0]["key_id"], json!(key_id), "{listed:#}");
+    assert!(!listed.to_string().contains(&token), "{listed:#}");
+    env.ok(&["remote", "api-key", "revoke", &key_id]);
+    std::fs::write(&remotes, &bearing_remote).unwrap();
+    let refused = bearing(&["remote", "threads"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("revoked"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -43,7 +43,7 @@ pub use format::{DETACHED_EXTENSION, SignatureFormat, detached_path, format_for}
 pub use keys::{Keypair, PublicKey, fingerprint_of_pem, normalize_pem};
 pub use line::{Located, Rule, Signature, find_signature};
 pub use sign::{sign_detached, sign_text, strip_signature};
-pub use time::{is_utc_timestamp, utc_timestamp};
+pub use time::{is_utc_timestamp, parse_utc_timestamp, utc_timestamp};
 pub use trust::{
     KeySource, TRUSTED_DIR, TrustStore, TrustStoreBuilder, TrustedKey, read_public_key,
     trusted_key_toml,

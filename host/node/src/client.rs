@@ -78,6 +78,9 @@ pub struct Remote {
     /// The node's fingerprint as configured (`fp:…`), if it is.
     pub node_id: Option<String>,
     pub timeout: Duration,
+    /// The environment variable holding an API key (`rye_sk_…`) to send
+    /// as a bearer token instead of signing requests, if one is named.
+    pub key_env: Option<String>,
 }
 
 /// The remotes of the spaces whose `.ai/` folders are `spaces` (widest
@@ -137,11 +140,23 @@ pub fn remotes(spaces: &[&Path], project: &Path) -> Result<(Vec<Remote>, String)
                 Some(Value::String(id)) if id.starts_with("fp:") => Some(id.clone()),
                 Some(_) => return Err(bad("node_id is not fp:<fingerprint>")),
             };
+            let key_env = match entry.get("key_env") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(var))
+                    if !var.is_empty()
+                        && !var.starts_with(|c: char| c.is_ascii_digit())
+                        && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+                {
+                    Some(var.clone())
+                }
+                Some(_) => return Err(bad("key_env is not the name of an environment variable")),
+            };
             out.push(Remote {
                 name: name.clone(),
                 url,
                 node_id,
                 timeout: Duration::from_secs_f64(timeout),
+                key_env,
             });
         }
     }
@@ -183,11 +198,19 @@ pub fn pick<'a>(remotes: &'a [Remote], name: Option<&str>) -> Result<&'a Remote,
     })
 }
 
+/// How a client's requests say who sends them.
+pub enum Credentials {
+    /// Signed with this key (spec §8).
+    Key(Box<Keypair>),
+    /// An API key (`rye_sk_…`) sent as a bearer token.
+    ApiKey(String),
+}
+
 /// A connection to one node, its key pinned.
 pub struct Client {
     http: reqwest::Client,
     remote: Remote,
-    key: Keypair,
+    credentials: Credentials,
     /// The node's fingerprint (without `fp:`).
     node: String,
     /// The node's limits, once known (from `/status`, or remembered
@@ -260,7 +283,9 @@ fn write_json(file: &Path, value: &Value) -> Result<(), ClientError> {
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent).map_err(local)?;
     }
-    let temp = file.with_extension(format!("tmp.{}", std::process::id()));
+    // A name of this write's own: threads of one process (a server
+    // running remote calls side by side) write the same files too.
+    let temp = file.with_extension(format!("tmp.{}.{}", std::process::id(), random_hex()));
     std::fs::write(&temp, serde_json::to_vec_pretty(value).map_err(local)?).map_err(local)?;
     std::fs::rename(&temp, file).map_err(local)
 }
@@ -272,6 +297,15 @@ impl Client {
     pub async fn connect(
         remote: &Remote,
         key: Keypair,
+        pins: &Path,
+    ) -> Result<Client, ClientError> {
+        Self::connect_as(remote, Credentials::Key(Box::new(key)), pins).await
+    }
+
+    /// [`Client::connect`] sending requests with `credentials`.
+    pub async fn connect_as(
+        remote: &Remote,
+        credentials: Credentials,
         pins: &Path,
     ) -> Result<Client, ClientError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -290,7 +324,7 @@ impl Client {
         let mut client = Client {
             http,
             remote: remote.clone(),
-            key,
+            credentials,
             node: String::new(),
             limits: std::sync::Mutex::new(None),
             requests: Default::default(),
@@ -426,20 +460,25 @@ impl Client {
         let method_value = reqwest::Method::from_bytes(method.as_bytes()).map_err(local)?;
         let request = || {
             let mut request = self.http.request(method_value.clone(), &url);
-            if signed {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                let signing = auth::Request {
-                    method,
-                    path,
-                    query,
-                    body: &bytes,
-                };
-                for (name, value) in auth::sign(&self.key, &signing, &self.node, now, &random_hex())
-                {
-                    request = request.header(name, value);
+            match &self.credentials {
+                Credentials::Key(key) if signed => {
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    let signing = auth::Request {
+                        method,
+                        path,
+                        query,
+                        body: &bytes,
+                    };
+                    for (name, value) in auth::sign(key, &signing, &self.node, now, &random_hex()) {
+                        request = request.header(name, value);
+                    }
                 }
+                Credentials::ApiKey(token) if signed => {
+                    request = request.bearer_auth(token);
+                }
+                _ => {}
             }
             if body.is_some() {
                 request = request

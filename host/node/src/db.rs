@@ -1042,5 +1042,6 @@ where
 #[cfg(test)]
 mod tests;
 
+pub mod api_keys;
 pub mod gc;
 pub mod jobs;

@@ -37,6 +37,7 @@ use crate::tracked::Tracked;
 use crate::watch::{Seen, Watch};
 use crate::webhook;
 
+mod api_keys;
 mod gc;
 mod jobs;
 pub use gc::{GcSettings, Retention};
@@ -707,6 +708,11 @@ pub fn router(node: Arc<Node>) -> axum::Router {
         .route("/threads", get(threads))
         .route("/threads/{id}", get(thread))
         .route("/history", get(history))
+        .route("/api-keys", post(api_keys::create).get(api_keys::list))
+        .route(
+            "/api-keys/{key_id}",
+            axum::routing::delete(api_keys::revoke),
+        )
         .route("/gc", post(collect_garbage))
         .route("/gc/stats", get(gc_stats))
         .route("/metrics", get(metrics))
@@ -853,12 +859,14 @@ impl Scope for Manage {
     const NAME: &'static str = keys::SCOPE_MANAGE;
 }
 
-/// A request whose signature holds, by a key allowed scope `S`: who sent
-/// it, its URI and its body.
+/// A request whose signature holds, by a key allowed scope `S`, or that
+/// carries an API key allowed it: who it acts for, its URI and its body.
 struct Signed<S> {
     principal: String,
     uri: Uri,
     body: Bytes,
+    /// The API key it came with, if it came with one.
+    api_key: Option<String>,
     scope: PhantomData<S>,
 }
 
@@ -870,19 +878,38 @@ impl<S: Scope> FromRequest<Arc<Node>> for Signed<S> {
         let body = Bytes::from_request(Request::from_parts(parts.clone(), body), node)
             .await
             .map_err(|e| error(e.status(), e.body_text()))?;
-        let principal = signed(
-            node,
-            &parts.method,
-            &parts.uri,
-            &parts.headers,
-            &body,
-            S::NAME,
-        )
-        .await?;
+        let bearing = parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION);
+        let (principal, api_key) = match (bearing, parts.headers.contains_key(auth::SIGNATURE)) {
+            (true, true) => {
+                return Err(error(
+                    StatusCode::UNAUTHORIZED,
+                    "a request is signed or carries an API key, not both",
+                ));
+            }
+            (true, false) => {
+                let (principal, key_id) = api_keys::bearer(node, &parts.headers, S::NAME).await?;
+                (principal, Some(key_id))
+            }
+            (false, _) => {
+                let principal = signed(
+                    node,
+                    &parts.method,
+                    &parts.uri,
+                    &parts.headers,
+                    &body,
+                    S::NAME,
+                )
+                .await?;
+                (principal, None)
+            }
+        };
         Ok(Signed {
             principal,
             uri: parts.uri,
             body,
+            api_key,
             scope: PhantomData,
         })
     }
@@ -1873,10 +1900,15 @@ async fn unbind_webhook(
 /// `/execute`: a signed request, or a webhook delivery; never both.
 async fn execute(State(node): State<Arc<Node>>, request: Request) -> Answer {
     let hooked = webhook::present(request.headers());
-    if hooked && request.headers().contains_key(auth::SIGNATURE) {
+    if hooked
+        && (request.headers().contains_key(auth::SIGNATURE)
+            || request
+                .headers()
+                .contains_key(axum::http::header::AUTHORIZATION))
+    {
         return Err(error(
             StatusCode::UNAUTHORIZED,
-            "a request is either signed or a webhook delivery, not both",
+            "a request is either signed (or carries an API key) or a webhook delivery, not both",
         ));
     }
     if hooked {
