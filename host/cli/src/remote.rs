@@ -78,6 +78,13 @@ pub enum NodeAction {
         /// Repeatable; none grants every scope.
         #[arg(long = "scope")]
         scopes: Vec<String>,
+        /// An item namespace the key may publish under (repeatable), for
+        /// a node that serves a registry.
+        #[arg(long = "publish-namespace", value_name = "NAMESPACE")]
+        publish_namespaces: Vec<String>,
+        /// When the authorization ends (YYYY-MM-DDTHH:MM:SSZ).
+        #[arg(long, value_name = "TIME")]
+        expires_at: Option<String>,
     },
     /// Check what the node stands on without serving: its database (and
     /// its clock), its object store, its keys. Exits 1 when a check
@@ -501,6 +508,8 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             stores,
             label,
             scopes,
+            publish_namespaces,
+            expires_at,
         } => {
             let text = std::fs::read_to_string(&key)
                 .with_context(|| format!("reading {}", key.display()))?;
@@ -520,7 +529,12 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
                 scopes
             };
             let settings = stores.admin_settings()?;
-            runtime.block_on(rye_node::authorize_key(&settings, &public, &label, &scopes))?;
+            let grant = rye_node::keys::Grant {
+                publish_namespaces: &publish_namespaces,
+                expires_at: expires_at.as_deref(),
+                ..rye_node::keys::Grant::of(&label, &scopes, "admin")
+            };
+            runtime.block_on(rye_node::authorize_key(&settings, &public, &grant))?;
             writeln!(
                 out,
                 "authorized fp:{} ({})",

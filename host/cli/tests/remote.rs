@@ -318,6 +318,10 @@ fn env_on(shared: impl FnOnce(&Path) -> Shared, extra: &[&str]) -> Env {
                 base.to_str().unwrap(),
                 "--label",
                 "tester",
+                "--publish-namespace",
+                "demo",
+                "--expires-at",
+                "2100-01-01T00:00:00Z",
             ],
         ))
         .output()

@@ -14,6 +14,7 @@
 //! public_key = "ed25519:<standard base64 of the PEM>"
 //! label = "bootstrap"
 //! scopes = ["*"]
+//! publish_namespaces = ["acme"]             # optional
 //! created_via = "bootstrap"
 //! created_at = "2026-11-25T10:00:00Z"
 //! created_by = "fp:<node fp>"
@@ -138,6 +139,8 @@ pub struct Authorized {
     pub key: PublicKey,
     pub label: String,
     pub scopes: Vec<String>,
+    /// The item namespaces it may publish under.
+    pub publish_namespaces: Vec<String>,
     /// `YYYY-MM-DDTHH:MM:SSZ`, if it expires.
     pub expires_at: Option<String>,
 }
@@ -157,34 +160,82 @@ fn format() -> SignatureFormat {
     SignatureFormat::new("#", "", false)
 }
 
-/// The document authorizing `key`, signed by `node`.
+/// What an authorization grants a key.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant<'a> {
+    pub label: &'a str,
+    pub scopes: &'a [String],
+    /// The item namespaces the key may publish under (`acme`,
+    /// `acme/tools`), for a node that serves a registry.
+    pub publish_namespaces: &'a [String],
+    /// `YYYY-MM-DDTHH:MM:SSZ`, if it expires.
+    pub expires_at: Option<&'a str>,
+    /// How it came to be (`bootstrap`, `admin`, `admin:fp:…`).
+    pub created_via: &'a str,
+}
+
+impl<'a> Grant<'a> {
+    /// `scopes` for `label`, made `created_via`, nothing else.
+    pub fn of(label: &'a str, scopes: &'a [String], created_via: &'a str) -> Self {
+        Grant {
+            label,
+            scopes,
+            publish_namespaces: &[],
+            expires_at: None,
+            created_via,
+        }
+    }
+}
+
+/// Whether `namespace` is one an item id can start with: plain names
+/// (letters, digits, `_`, `-`, `.`) joined by `/`.
+pub fn is_namespace(namespace: &str) -> bool {
+    !namespace.is_empty()
+        && namespace.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        })
+}
+
+/// The document authorizing `key` as `grant` says, signed by `node`.
 pub fn authorization(
     node: &Keypair,
     key: &PublicKey,
-    label: &str,
-    scopes: &[String],
-    expires_at: Option<&str>,
-    created_via: &str,
+    grant: &Grant<'_>,
     now: SystemTime,
 ) -> Result<String, String> {
-    if let Some(at) = expires_at.filter(|at| !rye_integrity::is_utc_timestamp(at)) {
+    if let Some(at) = grant
+        .expires_at
+        .filter(|at| !rye_integrity::is_utc_timestamp(at))
+    {
         return Err(format!("expires_at {at:?} is not YYYY-MM-DDTHH:MM:SSZ"));
     }
+    if let Some(bad) = grant.publish_namespaces.iter().find(|n| !is_namespace(n)) {
+        return Err(format!(
+            "publish namespace {bad:?} is not plain names joined by /"
+        ));
+    }
+    let list =
+        |items: &[String]| toml::Value::Array(items.iter().map(|s| s.as_str().into()).collect());
     let mut table = toml::Table::new();
     table.insert("fingerprint".into(), key.fingerprint().into());
     table.insert("public_key".into(), wire_key(key).into());
-    table.insert("label".into(), label.into());
-    table.insert(
-        "scopes".into(),
-        toml::Value::Array(scopes.iter().map(|s| s.as_str().into()).collect()),
-    );
-    table.insert("created_via".into(), created_via.into());
+    table.insert("label".into(), grant.label.into());
+    table.insert("scopes".into(), list(grant.scopes));
+    if !grant.publish_namespaces.is_empty() {
+        table.insert("publish_namespaces".into(), list(grant.publish_namespaces));
+    }
+    table.insert("created_via".into(), grant.created_via.into());
     table.insert("created_at".into(), utc_timestamp(now).into());
     table.insert(
         "created_by".into(),
         format!("fp:{}", node.fingerprint()).into(),
     );
-    if let Some(at) = expires_at {
+    if let Some(at) = grant.expires_at {
         table.insert("expires_at".into(), at.into());
     }
     let text = toml::to_string(&table).map_err(|e| e.to_string())?;
@@ -213,16 +264,23 @@ pub fn read_authorization(document: &str, node: &PublicKey) -> Result<Authorized
             key.fingerprint()
         ));
     }
-    let scopes = match table.get("scopes") {
-        None => vec![ALL_SCOPES.to_owned()],
-        Some(list) => list
-            .as_array()
-            .ok_or("the authorization's scopes are not a list")?
-            .iter()
-            .map(|s| s.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .ok_or("the authorization's scopes are not text")?,
+    let list = |field: &str| -> Result<Option<Vec<String>>, String> {
+        match table.get(field) {
+            None => Ok(None),
+            Some(list) => list
+                .as_array()
+                .and_then(|items| {
+                    items
+                        .iter()
+                        .map(|s| s.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .map(Some)
+                .ok_or_else(|| format!("the authorization's {field} are not a list of text")),
+        }
     };
+    let scopes = list("scopes")?.unwrap_or_else(|| vec![ALL_SCOPES.to_owned()]);
+    let publish_namespaces = list("publish_namespaces")?.unwrap_or_default();
     let expires_at = match table.get("expires_at") {
         None => None,
         Some(at) => Some(
@@ -237,6 +295,7 @@ pub fn read_authorization(document: &str, node: &PublicKey) -> Result<Authorized
         key,
         label: text("label").unwrap_or("").to_owned(),
         scopes,
+        publish_namespaces,
         expires_at,
     })
 }
@@ -251,13 +310,15 @@ mod tests {
         let node = Keypair::generate().unwrap();
         let user = Keypair::generate().unwrap();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let namespaces = ["acme".to_owned(), "acme/tools".to_owned()];
         let doc = authorization(
             &node,
             user.public(),
-            "alice",
-            &[SCOPE_PUSH.to_owned()],
-            Some("2030-01-01T00:00:00Z"),
-            "test",
+            &Grant {
+                publish_namespaces: &namespaces,
+                expires_at: Some("2030-01-01T00:00:00Z"),
+                ..Grant::of("alice", &[SCOPE_PUSH.to_owned()], "test")
+            },
             now,
         )
         .unwrap();
@@ -265,6 +326,7 @@ mod tests {
         let read = read_authorization(&doc, node.public()).unwrap();
         assert_eq!(read.fingerprint, user.fingerprint());
         assert!(read.allows(SCOPE_PUSH, now));
+        assert_eq!(read.publish_namespaces, namespaces);
         assert!(!read.allows(SCOPE_EXECUTE, now), "a scope not granted");
         let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000);
         assert!(!read.allows(SCOPE_PUSH, later), "expired");
@@ -277,16 +339,26 @@ mod tests {
         let forged = authorization(
             &other,
             user.public(),
-            "alice",
-            &["*".into()],
-            None,
-            "x",
+            &Grant::of("alice", &["*".into()], "x"),
             now,
         )
         .unwrap();
         let err = read_authorization(&forged, node.public()).unwrap_err();
         assert!(err.contains("not the node's"), "{err}");
-        assert!(authorization(&node, user.public(), "a", &[], Some("tomorrow"), "x", now).is_err());
+        let bad = |grant: Grant<'_>| authorization(&node, user.public(), &grant, now).is_err();
+        assert!(bad(Grant {
+            expires_at: Some("tomorrow"),
+            ..Grant::of("a", &[], "x")
+        }));
+        for namespace in ["", "a//b", "../x", "a/./b", "a b", "/abs"] {
+            assert!(
+                bad(Grant {
+                    publish_namespaces: &[namespace.to_owned()],
+                    ..Grant::of("a", &[], "x")
+                }),
+                "{namespace:?}"
+            );
+        }
     }
 
     #[test]

@@ -272,26 +272,17 @@ impl Opened {
     }
 }
 
-/// Authorizes `key` with `scopes` on the node `settings` describe, by a
+/// Authorizes `key` as `grant` says on the node `settings` describe, by a
 /// document signed with the node's key, without serving: safe beside the
 /// node's replicas running.
 pub async fn authorize_key(
     settings: &Settings,
     key: &rye_integrity::PublicKey,
-    label: &str,
-    scopes: &[String],
+    grant: &keys::Grant<'_>,
 ) -> Result<(), StartError> {
     let opened = Opened::open(settings).await?;
-    let document = keys::authorization(
-        &opened.key,
-        key,
-        label,
-        scopes,
-        None,
-        "admin",
-        SystemTime::now(),
-    )
-    .map_err(StartError::Setup)?;
+    let document = keys::authorization(&opened.key, key, grant, SystemTime::now())
+        .map_err(StartError::Setup)?;
     opened
         .db
         .authorize(key.fingerprint(), &document, now_secs() as i64)
@@ -441,10 +432,7 @@ impl Node {
                 let document = keys::authorization(
                     &key,
                     &public,
-                    label,
-                    &[keys::ALL_SCOPES.to_owned()],
-                    None,
-                    "bootstrap",
+                    &keys::Grant::of(label, &[keys::ALL_SCOPES.to_owned()], "bootstrap"),
                     SystemTime::now(),
                 )
                 .map_err(StartError::Setup)?;
@@ -525,10 +513,7 @@ impl Node {
         let document = keys::authorization(
             &self.key,
             key,
-            label,
-            scopes,
-            None,
-            "admin",
+            &keys::Grant::of(label, scopes, "admin"),
             SystemTime::now(),
         )?;
         self.db
@@ -577,24 +562,39 @@ async fn admin_authorize(State(node): State<Arc<Node>>, call: Signed<Manage>) ->
             .ok_or_else(|| bad("scopes is a list of names".into()))?,
         Some(_) => return Err(bad("scopes is a list of names, at least one".into())),
     };
-    let expires_at = body.get("expires_at").and_then(Value::as_str);
-    let document = keys::authorization(
-        &node.key,
-        &key,
-        label,
-        &scopes,
+    let expires_at = match body.get("expires_at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(at)) => Some(at.as_str()),
+        Some(_) => return Err(bad("expires_at is YYYY-MM-DDTHH:MM:SSZ".into())),
+    };
+    let publish_namespaces: Vec<String> = match body.get("publish_namespaces") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) if list.len() <= 100 => list
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("publish_namespaces is a list of namespaces".into()))?,
+        Some(_) => {
+            return Err(bad(
+                "publish_namespaces is a list of at most 100 namespaces".into(),
+            ));
+        }
+    };
+    let created_via = format!("admin:fp:{}", call.principal);
+    let grant = keys::Grant {
+        publish_namespaces: &publish_namespaces,
         expires_at,
-        &format!("admin:fp:{}", call.principal),
-        SystemTime::now(),
-    )
-    .map_err(bad)?;
+        ..keys::Grant::of(label, &scopes, &created_via)
+    };
+    let document = keys::authorization(&node.key, &key, &grant, SystemTime::now()).map_err(bad)?;
     node.db
         .authorize(key.fingerprint(), &document, now_secs() as i64)
         .await
         .map_err(internal)?;
     ok(
         json!({"fingerprint": format!("fp:{}", key.fingerprint()), "label": label,
-              "scopes": scopes, "expires_at": expires_at}),
+              "scopes": scopes, "publish_namespaces": publish_namespaces,
+              "expires_at": expires_at}),
     )
 }
 
@@ -610,7 +610,8 @@ async fn admin_keys(State(node): State<Arc<Node>>, _call: Signed<Manage>) -> Ans
             let key = keys::read_authorization(&doc, node.key.public()).ok()?;
             Some(
                 json!({"fingerprint": format!("fp:{fp}"), "label": key.label,
-                        "scopes": key.scopes, "expires_at": key.expires_at}),
+                        "scopes": key.scopes, "publish_namespaces": key.publish_namespaces,
+                        "expires_at": key.expires_at}),
             )
         })
         .collect();

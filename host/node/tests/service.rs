@@ -1110,9 +1110,29 @@ async fn keys_are_managed_on(stores: Stores) {
     );
     let odd = admit(&dave, json!(["*"]), Some("next week"));
     assert_eq!(fresh(to, &alice, "POST", path, &odd).await.0, 400);
+    // Publish namespaces: plain names, kept in the signed document.
+    for namespaces in [json!(["../x"]), json!(["a//b"]), json!("acme"), json!([7])] {
+        let mut asked = admit(&dave, json!(["node.read"]), None);
+        asked["publish_namespaces"] = namespaces;
+        let (status, answer) = fresh(to, &alice, "POST", path, &asked).await;
+        assert_eq!(status, 400, "{asked} → {answer}");
+    }
+    let mut publisher = admit(&dave, json!(["node.read"]), None);
+    publisher["publish_namespaces"] = json!(["acme", "acme/tools"]);
+    assert_eq!(fresh(to, &alice, "POST", path, &publisher).await.0, 200);
     let (status, listed) = fresh(to, &alice, "GET", path, &Value::Null).await;
     assert_eq!(status, 200);
-    assert_eq!(listed["keys"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 4, "{listed}");
+    let listed_dave = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["fingerprint"] == json!(format!("fp:{}", dave.fingerprint())))
+        .unwrap();
+    assert_eq!(
+        listed_dave["publish_namespaces"],
+        json!(["acme", "acme/tools"])
+    );
 
     // The only manager stays; with another, either may go.
     let alice_at = format!("{path}/fp:{}", alice.fingerprint());
