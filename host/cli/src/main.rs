@@ -594,14 +594,28 @@ enum KeysAction {
 fn main() -> ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    // A node serving logs its requests, runs and collections; every other
+    // command only what went wrong.
+    let (json_logs, quiet) = match &cli.command {
+        Command::Node {
+            action: remote::NodeAction::Serve { log_format, .. },
+        } => (
+            *log_format == remote::LogFormat::Json,
+            "warn,rye_node=info,rye=info",
+        ),
+        _ => (false, "warn,rmcp=error"),
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("RYE_LOG").unwrap_or_else(|_| quiet.into());
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RYE_LOG")
-                .unwrap_or_else(|_| "warn,rmcp=error".into()),
-        )
-        .init();
+        .with_env_filter(filter);
+    if json_logs {
+        logs.json().with_current_span(false).init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`rye search … | head`): nothing to report.

@@ -64,6 +64,12 @@ pub enum NodeAction {
         /// their age.
         #[arg(long, default_value_t = 3, value_name = "N")]
         gc_keep_pushes: usize,
+        /// How the node logs to standard error: text, or json (one object
+        /// a line: timestamp, level, target and fields; requests with
+        /// route, status, latency and principal, runs and collections as
+        /// they end). RYE_LOG filters as for every command.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RYE_LOG_FORMAT")]
+        log_format: LogFormat,
     },
     /// Authorize a key to call the node (written to the node's database,
     /// signed by the node's key).
@@ -309,6 +315,13 @@ pub enum RemoteAction {
     Manage,
 }
 
+/// How `rye node serve` writes its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// The request `rye remote manage` reads.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -446,6 +459,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             gc_grace,
             gc_retention_days,
             gc_keep_pushes,
+            log_format,
         } => {
             let mut env: Vec<(String, String)> = PASSED
                 .iter()
@@ -493,7 +507,16 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
                     .await
                     .with_context(|| format!("binding {listen}"))?;
                 let bound = listener.local_addr()?;
-                eprintln!("serving node fp:{} at http://{bound}", node.fingerprint());
+                match log_format {
+                    LogFormat::Text => {
+                        eprintln!("serving node fp:{} at http://{bound}", node.fingerprint())
+                    }
+                    LogFormat::Json => tracing::info!(
+                        node = format!("fp:{}", node.fingerprint()),
+                        url = format!("http://{bound}"),
+                        "serving node"
+                    ),
+                }
                 tokio::select! {
                     served = rye_node::serve(node, listener) => served?,
                     _ = tokio::signal::ctrl_c() => {}

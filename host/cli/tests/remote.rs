@@ -20,6 +20,8 @@ mod common;
 struct NodeProcess {
     child: Child,
     url: String,
+    /// What it logged after saying where it serves.
+    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Drop for NodeProcess {
@@ -142,10 +144,22 @@ fn start_replica_with(
         if let Some(at) = line.strip_prefix("serving node ") {
             break at.split(" at ").nth(1).unwrap().trim().to_owned();
         }
+        // The same, as a JSON log line.
+        if let Ok(logged) = serde_json::from_str::<Value>(&line)
+            && logged["fields"]["message"] == "serving node"
+        {
+            break logged["fields"]["url"].as_str().unwrap().to_owned();
+        }
     };
-    // Keep draining what the node logs.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    NodeProcess { child, url }
+    // Keep what the node logs.
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&logs);
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    NodeProcess { child, url, logs }
 }
 
 fn start_replica(node_home: &Path, base: &Path, shared: &Shared) -> NodeProcess {
@@ -1825,4 +1839,84 @@ fn an_api_key_named_by_key_env_runs_items_without_a_signing_key() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+/// A node serving with `--log-format json` writes one JSON object a
+/// line: each request with its route, status, latency and principal, and
+/// each run as it ends; a secret given to a run appears in none of them.
+#[test]
+fn a_node_logs_requests_and_runs_as_json_lines_and_never_a_secret() {
+    let env = env_on(Shared::chosen, &["--log-format", "json"]);
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let ran = env
+        .command(&[
+            "remote",
+            "execute",
+            "tool",
+            "demo/shell",
+            "--secret",
+            "RYE_TEST_SECRET",
+            "--params",
+            &shell("test \"$RYE_TEST_SECRET\" = sesame-4417-open && echo given"),
+        ])
+        .env("RYE_TEST_SECRET", "sesame-4417-open")
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let ran: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert!(ran["result"].to_string().contains("given"), "{ran:#}");
+    let thread = ran["thread_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let logs: Vec<Value> = loop {
+        let lines = env.node.logs.lock().unwrap().clone();
+        let parsed: Vec<Value> = lines
+            .iter()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not JSON: {line}"))
+            })
+            .collect();
+        if parsed
+            .iter()
+            .any(|l| l["fields"]["thread_id"] == json!(thread))
+            || Instant::now() > deadline
+        {
+            assert!(
+                !lines.iter().any(|line| line.contains("sesame-4417-open")),
+                "a secret in the log"
+            );
+            break parsed;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for line in &logs {
+        assert!(
+            line["timestamp"].is_string() && line["level"].is_string(),
+            "{line}"
+        );
+    }
+    let push = logs
+        .iter()
+        .find(|l| l["target"] == "rye_node::access" && l["fields"]["route"] == "/push")
+        .unwrap_or_else(|| panic!("no /push request logged: {logs:#?}"));
+    assert_eq!(push["fields"]["status"], 200, "{push}");
+    assert_eq!(push["fields"]["method"], "POST", "{push}");
+    assert!(push["fields"]["ms"].as_f64().is_some(), "{push}");
+    assert!(
+        push["fields"]["principal"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("fp:")),
+        "{push}"
+    );
+    let run = logs
+        .iter()
+        .find(|l| l["target"] == "rye_node::runs")
+        .unwrap_or_else(|| panic!("no run logged: {logs:#?}"));
+    assert_eq!(run["fields"]["thread_id"], json!(thread), "{run}");
+    assert_eq!(run["fields"]["status"], "completed", "{run}");
+    assert_eq!(run["fields"]["item_id"], "tool:demo/shell", "{run}");
 }

@@ -651,20 +651,39 @@ async fn admin_revoke(
     }
 }
 
-/// Counts every request by its route and status, with its latency.
+/// Who a request acted for, once its signature or API key was checked:
+/// for the request's log line.
+#[derive(Clone, Default)]
+struct Caller(Arc<std::sync::OnceLock<String>>);
+
+/// Counts every request by its route and status, with its latency, and
+/// logs it (`rye_node::access`: method, route, status, milliseconds and
+/// the principal, never a body or a query).
 async fn counted(
     State(node): State<Arc<Node>>,
-    request: Request,
+    mut request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().clone();
+    let caller = Caller::default();
+    request.extensions_mut().insert(caller.clone());
     let started = std::time::Instant::now();
     let response = next.run(request).await;
-    node.metrics
-        .request(&route, response.status().as_u16(), started.elapsed());
+    let status = response.status().as_u16();
+    node.metrics.request(&route, status, started.elapsed());
+    tracing::info!(
+        target: "rye_node::access",
+        method = method.as_str(),
+        route,
+        status,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        principal = caller.0.get().map(|p| format!("fp:{p}")),
+        "request"
+    );
     response
 }
 
@@ -906,6 +925,9 @@ impl<S: Scope> FromRequest<Arc<Node>> for Signed<S> {
                 (principal, None)
             }
         };
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            let _ = caller.0.set(principal.clone());
+        }
         Ok(Signed {
             principal,
             uri: parts.uri,
@@ -1957,6 +1979,9 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
                 webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
                 webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
             })?;
+    if let Some(caller) = parts.extensions.get::<Caller>() {
+        let _ = caller.0.set(principal.clone());
+    }
     // The binding runs as its principal for as long as that key may run
     // items here.
     let allowed = match node.db.authorized_key(&principal).await.map_err(internal)? {
@@ -2189,6 +2214,7 @@ async fn start_thread(
 /// after, its workspace given back only then.
 async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
     node.active.fetch_add(1, Ordering::Relaxed);
+    let started = std::time::Instant::now();
     let outcome = run_job(node, &job).await;
     node.active.fetch_sub(1, Ordering::Relaxed);
     let (status, mut record, state, later) = match outcome {
@@ -2209,6 +2235,18 @@ async fn finish(node: &Arc<Node>, job: Job) -> (StatusCode, Value) {
     if let Some(attempts) = job.attempts {
         record["attempts"] = json!(attempts);
     }
+    tracing::info!(
+        target: "rye_node::runs",
+        thread_id = job.thread_id,
+        principal = format!("fp:{}", job.principal),
+        item_id = job.item_id,
+        project_path = job.project,
+        status = state,
+        merge_type = record["merge_type"].as_str(),
+        attempts = job.attempts,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "run ended"
+    );
     if !job.secrets.is_empty() || !job.skipped.is_empty() {
         // The names the run was given, never their values.
         record["secrets"] = json!({"names": job.secrets.keys().collect::<Vec<_>>(),

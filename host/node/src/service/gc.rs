@@ -161,6 +161,15 @@ pub(super) async fn collect(
         }
     };
     report["took_ms"] = json!(started.elapsed().as_millis() as u64);
+    tracing::info!(
+        target: "rye_node::gc",
+        principal = format!("fp:{principal}"),
+        dry_run,
+        swept_objects = report["swept_objects"].as_u64(),
+        swept_bytes = report["swept_bytes"].as_u64(),
+        ms = started.elapsed().as_millis() as u64,
+        "collected"
+    );
     if !dry_run && let Err(e) = node.db.log_gc(principal, now_secs() as i64, &report).await {
         tracing::warn!("keeping a collection's report: {e}");
     }
@@ -450,6 +459,7 @@ pub(super) async fn delete_doomed(node: &Node) -> Result<u64, String> {
             deleted,
             ..Collected::default()
         });
+        tracing::info!(target: "rye_node::gc", deleted, "deleted what nobody holds");
         let report = json!({"reason": "sweep", "deleted": deleted});
         if let Err(e) = node.db.log_gc("*", now_secs() as i64, &report).await {
             tracing::warn!("keeping a sweep's report: {e}");
