@@ -913,20 +913,31 @@ impl Db {
         principal: &str,
         names: &[String],
     ) -> Result<Vec<(String, String)>, DbError> {
-        let mut found = Vec::with_capacity(names.len());
-        for name in names {
-            let envelope: Option<String> = on_pool!(self, pool => {
-                sqlx::query_scalar("SELECT envelope FROM vault WHERE principal = $1 AND name = $2")
-                    .bind(principal)
-                    .bind(name)
-                    .fetch_optional(pool)
-                    .await?
-            });
-            if let Some(envelope) = envelope {
-                found.push((name.clone(), envelope));
-            }
+        if names.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(found)
+        let sql = format!(
+            "SELECT name, envelope FROM vault WHERE principal = $1 AND name IN ({})",
+            self.listed(2)
+        );
+        let list = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
+        let kept: HashMap<String, String> = on_pool!(self, pool => {
+            sqlx::query_as::<_, (String, String)>(gc::safe(sql))
+                .bind(principal)
+                .bind(list)
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .collect()
+        });
+        // In the order asked, so that a later name's variables win.
+        Ok(names
+            .iter()
+            .filter_map(|name| {
+                kept.get(name)
+                    .map(|envelope| (name.clone(), envelope.clone()))
+            })
+            .collect())
     }
 
     /// Deletes `principal`'s secret `name`; whether there was one.

@@ -1949,6 +1949,14 @@ fn invalid_webhook(reason: &str) -> Reply {
     error(StatusCode::UNAUTHORIZED, "Invalid webhook auth")
 }
 
+/// The answer to a delivery its headers or signature refuse.
+fn webhook_refused(refusal: webhook::Refusal) -> Reply {
+    match refusal {
+        webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
+        webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
+    }
+}
+
 /// A webhook delivery: the binding's item run on its project, as its
 /// principal, once per delivery.
 async fn delivered(node: Arc<Node>, request: Request) -> Answer {
@@ -1956,10 +1964,7 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
     let body = Bytes::from_request(Request::from_parts(parts.clone(), body), &node)
         .await
         .map_err(|e| error(e.status(), e.body_text()))?;
-    let delivery = webhook::read(&parts.headers).map_err(|refusal| match refusal {
-        webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
-        webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
-    })?;
+    let delivery = webhook::read(&parts.headers).map_err(webhook_refused)?;
     let sent = json_body(&body)?;
     let hook_id = sent
         .get("hook_id")
@@ -1972,13 +1977,9 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
         .map_err(internal)?
         .ok_or_else(|| invalid_webhook("no such binding"))?;
     let now = now_secs() as i64;
-    let signature =
-        delivery
-            .verify(&binding.secret, &body, now)
-            .map_err(|refusal| match refusal {
-                webhook::Refusal::Unauthorized(reason) => invalid_webhook(reason),
-                webhook::Refusal::BadRequest(message) => error(StatusCode::BAD_REQUEST, message),
-            })?;
+    let signature = delivery
+        .verify(&binding.secret, &body, now)
+        .map_err(webhook_refused)?;
     if let Some(caller) = parts.extensions.get::<Caller>() {
         let _ = caller.0.set(principal.clone());
     }

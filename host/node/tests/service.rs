@@ -77,6 +77,19 @@ struct Served {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+impl Served {
+    /// A new key, authorized here as `label` with `scopes`.
+    async fn key(&self, label: &str, scopes: &[&str]) -> Keypair {
+        let key = Keypair::generate().unwrap();
+        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self.node
+            .authorize(key.public(), label, &scopes)
+            .await
+            .unwrap();
+        key
+    }
+}
+
 async fn serve(base: &Path, stores: &Stores) -> Served {
     serve_holding(base, stores, 1 << 20).await
 }
@@ -224,18 +237,8 @@ async fn a_signed_request_is_refused_when_forged_stale_replayed_or_out_of_scope_
     let dir = tempfile::tempdir().unwrap();
     let served = serve(&dir.path().join("node"), &stores).await;
     let fp = served.node.fingerprint().to_owned();
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
-    let reader = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(reader.public(), "reader", &["node.read".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
+    let reader = served.key("reader", &["node.read"]).await;
     let body = json!({"hashes": []});
 
     let n = nonce();
@@ -396,12 +399,7 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head_on(
     let dir = tempfile::tempdir().unwrap();
     let served = serve(&dir.path().join("node"), &stores).await;
     let fp = served.node.fingerprint().to_owned();
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let good = b"good bytes\n";
     let good_hash = rye_cas::ContentHash::of(good).hex();
     let bad_put = json!({"entries": [
@@ -475,12 +473,7 @@ async fn bad_objects_are_not_stored_and_a_manifest_with_a_hole_moves_no_head_on(
 
     // Another principal's objects are not this one's: bob cannot push a
     // manifest alice stored, nor read it.
-    let bob = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(bob.public(), "bob", &["*".into()])
-        .await
-        .unwrap();
+    let bob = served.key("bob", &["*"]).await;
     let (status, answer) = fresh((&served.url, &fp), &bob, "POST", "/push", &push).await;
     assert_eq!(status, 400, "{answer}");
     let (_, got) = fresh(
@@ -570,12 +563,7 @@ async fn of_twenty_clients_pushing_one_project_each_lands_or_is_told_where_the_h
 ) {
     let dir = tempfile::tempdir().unwrap();
     let served = serve(&dir.path().join("node"), &stores).await;
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let pins = dir.path().join("known_nodes.json");
     let first = dir.path().join("first");
     project(&first, 3, "base");
@@ -752,12 +740,7 @@ async fn a_client_splits_its_requests_to_the_limits_the_node_advertises() {
 async fn a_client_splits_its_requests_to_the_limits_the_node_advertises_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
     let served = serve_holding(&dir.path().join("node"), &stores, 64 << 20).await;
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let folder = dir.path().join("p");
     // About 3 MB of notes against the node's 2 MiB per request.
     project(&folder, 1_200, &"x".repeat(2_000));
@@ -798,12 +781,7 @@ async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name() {
 async fn a_push_on_top_of_a_head_is_checked_for_what_the_head_does_not_name_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
     let served = serve(&dir.path().join("node"), &stores).await;
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let fp = served.node.fingerprint().to_owned();
     let folder = dir.path().join("p");
     project(&folder, 3, "x");
@@ -1070,12 +1048,7 @@ async fn keys_are_managed_on(stores: Stores) {
     let served = serve(&dir.path().join("node"), &stores).await;
     let fp = served.node.fingerprint().to_owned();
     let to = (served.url.as_str(), fp.as_str());
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let wire = |key: &Keypair| rye_node::keys::wire_key(key.public());
     let admit = |key: &Keypair, scopes: Value, expires: Option<&str>| json!({"public_key": wire(key), "label": "k", "scopes": scopes, "expires_at": expires});
     let (bob, carol, dave) = (
@@ -1202,14 +1175,8 @@ async fn a_key_over_its_rate_limit_waits_and_others_do_not() {
     let served = serve_with(settings).await;
     let fp = served.node.fingerprint().to_owned();
     let to = (served.url.as_str(), fp.as_str());
-    let (alice, bob) = (Keypair::generate().unwrap(), Keypair::generate().unwrap());
-    for (key, name) in [(&alice, "alice"), (&bob, "bob")] {
-        served
-            .node
-            .authorize(key.public(), name, &["*".into()])
-            .await
-            .unwrap();
-    }
+    let alice = served.key("alice", &["*"]).await;
+    let bob = served.key("bob", &["*"]).await;
     for _ in 0..3 {
         assert_eq!(
             fresh(to, &alice, "GET", "/threads", &Value::Null).await.0,
@@ -1339,14 +1306,8 @@ async fn collection_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("node");
     let served = serve_collecting(&base, &stores).await;
-    let (alice, bob) = (Keypair::generate().unwrap(), Keypair::generate().unwrap());
-    for (key, label) in [(&alice, "alice"), (&bob, "bob")] {
-        served
-            .node
-            .authorize(key.public(), label, &["*".into()])
-            .await
-            .unwrap();
-    }
+    let alice = served.key("alice", &["*"]).await;
+    let bob = served.key("bob", &["*"]).await;
     let fp = served.node.fingerprint().to_owned();
     let to = (served.url.as_str(), fp.as_str());
     let pins = dir.path().join("known_nodes.json");
@@ -1427,12 +1388,7 @@ async fn collection_on(stores: Stores) {
             "{bad}: {answer}"
         );
     }
-    let reader = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(reader.public(), "reader", &["node.read".into()])
-        .await
-        .unwrap();
+    let reader = served.key("reader", &["node.read"]).await;
     let (status, answer) = fresh(to, &reader, "POST", "/gc", &json!({})).await;
     assert_eq!(status, 403, "{answer}");
     let (status, stats) = fresh(to, &alice, "GET", "/gc/stats", &Value::Null).await;
@@ -1549,12 +1505,7 @@ async fn racing_collections_on(stores: Stores) {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("node");
     let served = serve_collecting(&base, &stores).await;
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let fp = served.node.fingerprint().to_owned();
     let pins = dir.path().join("known_nodes.json");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1661,12 +1612,7 @@ async fn quota_collection_on(stores: Stores) {
     settings.gc.staged_for = Duration::ZERO;
     settings.max_user_storage_bytes = 200_000;
     let served = serve_with(settings).await;
-    let alice = Keypair::generate().unwrap();
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
     let pins = dir.path().join("known_nodes.json");
     let folder = dir.path().join("p");
     project(&folder, 1, "small");
@@ -1864,12 +1810,7 @@ async fn an_execute_with_a_bad_field_is_refused_and_queues_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let served = serve(dir.path(), &stores).await;
         let node = served.node.fingerprint().to_owned();
-        let alice = Keypair::generate().unwrap();
-        served
-            .node
-            .authorize(alice.public(), "alice", &["*".into()])
-            .await
-            .unwrap();
+        let alice = served.key("alice", &["*"]).await;
         let folder = dir.path().join("project");
         project(&folder, 1, "bad");
         Client::connect(
@@ -2203,17 +2144,8 @@ async fn api_keys_on(stores: Stores) {
     let served = serve(&base, &stores).await;
     let url = served.url.clone();
     let node = served.node.fingerprint().to_owned();
-    let (alice, bob) = (Keypair::generate().unwrap(), Keypair::generate().unwrap());
-    served
-        .node
-        .authorize(alice.public(), "alice", &["*".into()])
-        .await
-        .unwrap();
-    served
-        .node
-        .authorize(bob.public(), "bob", &["node.read".into()])
-        .await
-        .unwrap();
+    let alice = served.key("alice", &["*"]).await;
+    let bob = served.key("bob", &["node.read"]).await;
     let to = (url.as_str(), node.as_str());
     let says = |answer: &(u16, Value), status: u16, text: &str| {
         assert_eq!(answer.0, status, "{answer:?}");
@@ -2441,4 +2373,127 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// Hostile bodies: a batch whose last object crosses the quota stores
+/// none of it; a 100 MB body is refused 413 at the default limit and the
+/// node serves on; an envelope sealed to another node's box key opens
+/// nowhere, and nothing runs.
+#[tokio::test]
+async fn a_batch_crossing_the_quota_a_100_mb_body_and_another_nodes_envelope_are_refused_whole() {
+    for stores in all_stores("hostile bodies") {
+        let dir = tempfile::tempdir().unwrap();
+        let runner = Runner {
+            program: "/nonexistent/rye".into(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(5),
+        };
+        let mut settings = stores.settings(&dir.path().join("node"), runner);
+        settings.max_user_storage_bytes = 1 << 20;
+        let served = serve_with(settings).await;
+        let fp = served.node.fingerprint().to_owned();
+        let to = (served.url.as_str(), fp.as_str());
+        let alice = served.key("alice", &["*"]).await;
+
+        // 300 KiB, then 300 KiB more, then 600 KiB: the third crosses 1 MiB.
+        let blobs: Vec<Vec<u8>> = [300 << 10, 300 << 10, 600 << 10]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| vec![i as u8 + 1; *n])
+            .collect();
+        let entries: Vec<Value> = blobs
+            .iter()
+            .map(|b| json!({"hash": rye_cas::ContentHash::of(b).hex(), "kind": "blob", "data": b64(b)}))
+            .collect();
+        let hashes: Vec<String> = blobs
+            .iter()
+            .map(|b| rye_cas::ContentHash::of(b).hex())
+            .collect();
+        let (status, answer) = fresh(
+            to,
+            &alice,
+            "POST",
+            "/objects/put",
+            &json!({"entries": entries}),
+        )
+        .await;
+        assert_eq!(status, 507, "{answer}");
+        let (_, has) = fresh(
+            to,
+            &alice,
+            "POST",
+            "/objects/has",
+            &json!({"hashes": hashes}),
+        )
+        .await;
+        assert_eq!(
+            has["missing"].as_array().unwrap().len(),
+            3,
+            "nothing half-stored: {has}"
+        );
+        let (status, answer) = fresh(
+            to,
+            &alice,
+            "POST",
+            "/objects/put",
+            &json!({"entries": &entries[..2]}),
+        )
+        .await;
+        assert_eq!(status, 200, "what fits is taken: {answer}");
+
+        // 100 MB, at the default limit of 50 MiB.
+        let huge = vec![b'x'; 100_000_000];
+        let answer = reqwest::Client::new()
+            .post(format!("{}/objects/put", served.url))
+            .header("content-type", "application/json")
+            .body(huge)
+            .send()
+            .await;
+        match answer {
+            Ok(answer) => assert_eq!(answer.status().as_u16(), 413),
+            // Refused before the body was read: the node may close the
+            // connection while it is still being sent.
+            Err(e) => assert!(e.is_request() || e.is_body(), "{e}"),
+        }
+        let health = reqwest::get(format!("{}/health", served.url))
+            .await
+            .unwrap();
+        assert_eq!(health.status().as_u16(), 200, "the node serves on");
+
+        // Sealed to another node: refused before anything runs.
+        let folder = dir.path().join("project");
+        project(&folder, 1, "sealed");
+        Client::connect(
+            &remote(&served.url),
+            keypair_copy(&alice),
+            &dir.path().join("pins.json"),
+        )
+        .await
+        .unwrap()
+        .push(&folder, None, &[], "p")
+        .await
+        .unwrap();
+        let elsewhere = rye_seal::BoxKey::generate();
+        let vars = std::collections::BTreeMap::from([("TOKEN".to_owned(), "s3cret".to_owned())]);
+        let envelope = rye_seal::seal(&elsewhere.public_bytes(), &vars).unwrap();
+        let (status, answer) = fresh(
+            to,
+            &alice,
+            "POST",
+            "/execute",
+            &json!({"item_id": "tool:demo/x", "project_path": "p", "secret_envelope": envelope}),
+        )
+        .await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .contains("secret_envelope"),
+            "{answer}"
+        );
+        let (_, threads) = fresh(to, &alice, "GET", "/threads", &json!({})).await;
+        assert_eq!(threads["threads"], json!([]), "nothing ran: {threads}");
+        served.task.abort();
+    }
 }

@@ -100,7 +100,7 @@ pub struct Claimed {
 
 /// Statement text made of this module's own fragments, never of input
 /// (every value is bound).
-fn safe(text: String) -> sqlx::AssertSqlSafe<String> {
+pub(super) fn safe(text: String) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(text)
 }
 
@@ -108,7 +108,7 @@ impl Db {
     /// A query of the values of a JSON array of text bound as parameter
     /// `n`: `json_each` on SQLite, `jsonb_array_elements_text` on
     /// PostgreSQL.
-    fn listed(&self, n: usize) -> String {
+    pub(super) fn listed(&self, n: usize) -> String {
         match self.pool {
             Pool::Sqlite(_) => format!("SELECT value FROM json_each(${n})"),
             Pool::Postgres(_) => {
