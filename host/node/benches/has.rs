@@ -4,9 +4,9 @@
 //! that they meet the same machine: the present ones by `IN`/`ANY` (what
 //! `has` answered before), the missing ones by a plain anti-join (`LEFT
 //! JOIN … IS NULL`) of the hashes as asked (the reference), and
-//! `Db::missing`, what `has` answers by now: the same anti-join, on
-//! PostgreSQL of the hashes sorted first, so that the lookups walk the
-//! index forward. Also
+//! `Db::missing`, what `has` answers by now: the same anti-join on
+//! SQLite; on PostgreSQL, of the hashes as their 32 bytes, sorted so that
+//! the lookups walk the index of `(principal, hash_bytes)` forward. Also
 //! the time to note 200,000 objects held, as a push of that size does.
 //!
 //! `cargo bench -p rye-node --bench has` (PostgreSQL from the system's

@@ -247,7 +247,14 @@ impl Db {
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        // The shared schema, then what only PostgreSQL has; each run leaves
+        // the other's applied versions be.
+        let mut shared = sqlx::migrate!("./migrations");
+        shared.set_ignore_missing(true);
+        shared.run(&pool).await?;
+        let mut own = sqlx::migrate!("./migrations-postgres");
+        own.set_ignore_missing(true);
+        own.run(&pool).await?;
         Ok(Db {
             pool: Pool::Postgres(pool),
         })
@@ -388,19 +395,30 @@ impl Db {
                 .await?
             }
             Pool::Postgres(pool) => {
-                // Asked in index order, PostgreSQL's lookups walk the index
-                // forward.
-                let mut sorted: Vec<&str> = hashes.iter().map(String::as_str).collect();
-                sorted.sort_unstable();
-                sorted.dedup();
-                sqlx::query_scalar(
-                    "SELECT asked.hash FROM UNNEST($2::text[]) AS asked(hash) LEFT JOIN objects o \
-                     ON o.principal = $1 AND o.hash = asked.hash WHERE o.hash IS NULL",
+                // As their 32 bytes (one not in lower-case hex, as every
+                // hash held is, is held by nobody), and in index order, so
+                // that the lookups walk the index forward.
+                let mut keys = Vec::with_capacity(hashes.len());
+                let mut odd = Vec::new();
+                for hash in hashes {
+                    let lower = hash.len() == 64
+                        && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                    match hex::decode(hash) {
+                        Ok(key) if lower => keys.push(key),
+                        _ => odd.push(hash.clone()),
+                    }
+                }
+                keys.sort_unstable();
+                keys.dedup();
+                let lacking: Vec<Vec<u8>> = sqlx::query_scalar(
+                    "SELECT asked.key FROM UNNEST($2::bytea[]) AS asked(key) LEFT JOIN objects o \
+                     ON o.principal = $1 AND o.hash_bytes = asked.key WHERE o.hash_bytes IS NULL",
                 )
                 .bind(principal)
-                .bind(&sorted)
+                .bind(&keys)
                 .fetch_all(pool)
-                .await?
+                .await?;
+                lacking.iter().map(hex::encode).chain(odd).collect()
             }
         };
         Ok(rows.into_iter().collect())

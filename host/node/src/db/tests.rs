@@ -296,6 +296,14 @@ async fn missing(db: Db) {
         "alice's objects are not bob's"
     );
     assert!(db.missing("alice", &[]).await.unwrap().is_empty());
+    // What no hash held can be is missing as asked.
+    let odd = vec![
+        "zz".to_owned(),
+        format!("{:064x}", 11_999).to_uppercase(),
+        format!("{:063x}", 5),
+    ];
+    let lacking = db.missing("alice", &odd).await.unwrap();
+    assert_eq!(lacking, odd.iter().cloned().collect::<HashSet<_>>());
     let known = db
         .holdings("alice", &[format!("{:064x}", 11_999)])
         .await
