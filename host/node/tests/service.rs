@@ -1674,6 +1674,22 @@ async fn quota_collection_on(stores: Stores) {
     served.task.abort();
 }
 
+/// The record of the run `thread` once it has ended, asked through
+/// `client` until `deadline`.
+async fn ended(client: &Client, thread: &str, deadline: std::time::Instant) -> Value {
+    loop {
+        let record = client
+            .call("GET", &format!("/threads/{thread}"), None, None)
+            .await
+            .unwrap();
+        if !matches!(record["status"].as_str(), Some("queued" | "running")) {
+            return record;
+        }
+        assert!(std::time::Instant::now() < deadline, "{record:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A stand-in for `rye` that logs when it starts and ends (with the
 /// replica's name from its environment), sleeps `seconds` and answers
 /// success.
@@ -1758,17 +1774,7 @@ async fn async_runs_queue_in_the_database_and_run_on_any_replica_within_its_slot
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut ran_on = std::collections::BTreeMap::<String, usize>::new();
     for thread in &accepted {
-        let record = loop {
-            let record = via_a
-                .call("GET", &format!("/threads/{thread}"), None, None)
-                .await
-                .unwrap();
-            if !matches!(record["status"].as_str(), Some("queued" | "running")) {
-                break record;
-            }
-            assert!(std::time::Instant::now() < deadline, "{record:#}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let record = ended(&via_a, thread, deadline).await;
         assert_eq!(record["status"], "completed", "{record:#}");
         assert_eq!(record["attempts"], 1, "{record:#}");
         *ran_on
@@ -2016,17 +2022,7 @@ async fn twenty_clients_push_and_run_through_two_replicas_while_both_collect() {
     let mut merges = std::collections::BTreeMap::<String, usize>::new();
     for (client, _, _, threads) in &all {
         for thread in threads {
-            let record = loop {
-                let record = client
-                    .call("GET", &format!("/threads/{thread}"), None, None)
-                    .await
-                    .unwrap();
-                if !matches!(record["status"].as_str(), Some("queued" | "running")) {
-                    break record;
-                }
-                assert!(std::time::Instant::now() < deadline, "{record:#}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
+            let record = ended(client, thread, deadline).await;
             assert_eq!(record["status"], "completed", "{record:#}");
             *merges
                 .entry(record["merge_type"].as_str().unwrap().to_owned())
