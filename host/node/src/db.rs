@@ -689,6 +689,50 @@ impl Db {
         Ok(())
     }
 
+    /// Adds `hashes` to the `new_object_hashes` of the record of the run
+    /// `thread_id` while it is under way, so that collections keep them
+    /// before a head names them; nothing once it ended.
+    pub async fn note_run_objects(&self, thread_id: &str, hashes: &[&str]) -> Result<(), DbError> {
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let record: Option<String> = sqlx::query_scalar(
+                "SELECT record FROM threads WHERE thread_id = $1 AND finished_at IS NULL",
+            )
+            .bind(thread_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(Ok(serde_json::Value::Object(mut record))) =
+                record.map(|r| serde_json::from_str::<serde_json::Value>(&r))
+            {
+                let listed = record
+                    .entry("new_object_hashes")
+                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+                if let serde_json::Value::Array(listed) = listed {
+                    let known: HashSet<String> =
+                        listed.iter().filter_map(|h| h.as_str().map(str::to_owned)).collect();
+                    listed.extend(
+                        hashes
+                            .iter()
+                            .filter(|h| !known.contains(**h))
+                            .map(|h| serde_json::Value::from(*h)),
+                    );
+                }
+                sqlx::query(
+                    "UPDATE threads SET record = $2 WHERE thread_id = $1 AND finished_at IS NULL",
+                )
+                .bind(thread_id)
+                .bind(serde_json::Value::Object(record).to_string())
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
     /// Records how a run ended; its job, if it was one, goes.
     pub async fn finish_thread(
         &self,

@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::bytes::ObjectBytes;
-use crate::db::{Db, DbError, Delivered, ThreadRow, Webhook};
+use crate::db::{Db, DbError, Delivered, Held, ThreadRow, Webhook};
 use crate::keys::{self, Authorized, SCOPE_EXECUTE, SCOPE_PUSH, SCOPE_READ};
 use crate::parsed::Parsed;
 use crate::run::{RunError, Runner, Workspace, Workspaces};
@@ -534,7 +534,10 @@ impl Node {
 
     /// Notes what went through `cas` as `principal`'s.
     async fn hold(&self, principal: &str, cas: &Cas<Tracked<ObjectBytes>>) -> Result<(), Reply> {
-        let written = cas.storage().take();
+        let written = cas
+            .storage()
+            .to_hold()
+            .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
         self.db
             .hold(principal, &written, now_secs() as i64)
             .await
@@ -2318,12 +2321,7 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
             }),
             Err(e) => json!({"error": e.to_string()}),
         };
-        let written = cas.storage().take();
-        if let Err(e) = node
-            .db
-            .hold(&job.principal, &written, now_secs() as i64)
-            .await
-        {
+        if let Err(e) = hold_run_writes(node, &cas, job).await {
             tracing::error!(
                 "{}: holding what its late fold-back stored: {e}",
                 job.thread_id
@@ -2337,12 +2335,7 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
             tracing::error!("recording {}'s late fold-back: {e}", job.thread_id);
         }
     } else {
-        let written = cas.storage().take();
-        if let Err(e) = node
-            .db
-            .hold(&job.principal, &written, now_secs() as i64)
-            .await
-        {
+        if let Err(e) = hold_run_writes(node, &cas, job).await {
             tracing::error!(
                 "{}: holding what its reading back stored: {e}",
                 job.thread_id
@@ -2350,6 +2343,28 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
         }
     }
     settle(node, space, built, stamps, &job.thread_id);
+}
+
+/// Holds what the run `job` wrote through `cas` as its principal's, each
+/// hash named in the run's record first: a collection that sees the rows
+/// reads the record after them, and keeps them however long the run
+/// takes to fold back. What was held.
+async fn hold_run_writes(
+    node: &Node,
+    cas: &Cas<Tracked<ObjectBytes>>,
+    job: &Job,
+) -> Result<Vec<Held>, String> {
+    let written = cas.storage().to_hold().map_err(|e| e.to_string())?;
+    let hashes: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
+    node.db
+        .note_run_objects(&job.thread_id, &hashes)
+        .await
+        .map_err(|e| e.to_string())?;
+    node.db
+        .hold(&job.principal, &written, now_secs() as i64)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(written)
 }
 
 /// How a run's project was read back for its answer.
@@ -2547,20 +2562,17 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
     laps.lap("outputs");
     // What the run wrote is held before a head can name it, and what the
     // fold-back writes, after it.
-    let mut written = cas.storage().take();
-    node.db
-        .hold(&job.principal, &written, now_secs() as i64)
+    let mut written = hold_run_writes(node, &cas, job)
         .await
-        .map_err(|e| ("outputs", e.to_string()))?;
+        .map_err(|e| ("outputs", e))?;
     let folded = fold(node, &cas, job, run_manifest)
         .await
         .map_err(|e| ("fold-back", e.to_string()))?;
-    let folded_written = cas.storage().take();
-    node.db
-        .hold(&job.principal, &folded_written, now_secs() as i64)
-        .await
-        .map_err(|e| ("fold-back", e.to_string()))?;
-    written.extend(folded_written);
+    written.extend(
+        hold_run_writes(node, &cas, job)
+            .await
+            .map_err(|e| ("fold-back", e))?,
+    );
     let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
     let new_objects = json!(new_objects);
     laps.lap("fold_back");

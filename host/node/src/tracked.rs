@@ -22,12 +22,14 @@ pub struct Tracked<S> {
     stage: Option<Stage>,
 }
 
-/// Where writes are staged, for how long, and what was staged already.
+/// Where writes are staged, for how long, what was staged already and
+/// when the first of them was.
 #[derive(Debug, Clone)]
 struct Stage {
     db: Db,
     lease: i64,
     staged: Arc<Mutex<HashSet<String>>>,
+    first: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 fn now_secs() -> i64 {
@@ -55,6 +57,7 @@ impl<S> Tracked<S> {
                 db,
                 lease,
                 staged: Arc::default(),
+                first: Arc::default(),
             }),
         }
     }
@@ -78,12 +81,43 @@ impl<S> Tracked<S> {
         }
         let now = now_secs();
         stage
+            .first
+            .lock()
+            .expect("first stage")
+            .get_or_insert_with(std::time::Instant::now);
+        stage
             .db
             .stage(&fresh, now, now + stage.lease)
             .await
             .map_err(io::Error::other)?;
         stage.staged.lock().expect("staged hashes").extend(fresh);
         Ok(())
+    }
+
+    /// What was written since the last call, each once, to be held now;
+    /// refused if the first of them was staged more than half the lease
+    /// ago (the lease may run out before the rows are written, and a
+    /// collection delete their bytes: they are to be written again). A lease of zero stages nothing lasting and checks
+    /// nothing: only for one writer at a time.
+    pub fn to_hold(&self) -> io::Result<Vec<Held>> {
+        if let Some(stage) = &self.stage
+            && stage.lease > 0
+            && let Some(first) = *stage.first.lock().expect("first stage")
+            && first.elapsed().as_secs() as i64 * 2 >= stage.lease
+        {
+            return Err(io::Error::other(format!(
+                "writing took {} s, too close to the {} s written objects are kept from \
+                 collection before they are held: write them again",
+                first.elapsed().as_secs(),
+                stage.lease
+            )));
+        }
+        if let Some(stage) = &self.stage {
+            // What is written after this is staged anew.
+            *stage.first.lock().expect("first stage") = None;
+            stage.staged.lock().expect("staged hashes").clear();
+        }
+        Ok(self.take())
     }
 
     /// What was written since the last call, each once.

@@ -200,12 +200,14 @@ impl Db {
 
     /// Deletes `principal`'s rows of `hashes` if its fence, heads and user
     /// space are still `roots`, moving the fence; dooms those hashes no
-    /// principal holds any longer.
+    /// principal holds any longer. A row held anew since `cutoff` (a
+    /// write of the same bytes after the marks were made) stays.
     pub async fn sweep(
         &self,
         principal: &str,
         roots: &Roots,
         hashes: &[(String, String)],
+        cutoff: i64,
         now: i64,
     ) -> Result<Swept, DbError> {
         let listed = self.listed(2);
@@ -233,10 +235,12 @@ impl Db {
                 )
                 .unwrap_or_else(|_| "[]".into());
                 rows += sqlx::query(safe(format!(
-                    "DELETE FROM objects WHERE principal = $1 AND hash IN ({listed})"
+                    "DELETE FROM objects WHERE principal = $1 AND hash IN ({listed}) \
+                     AND stored_at <= $3"
                 )))
                 .bind(principal)
                 .bind(&list)
+                .bind(cutoff)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

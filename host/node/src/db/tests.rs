@@ -343,10 +343,21 @@ async fn collection(db: Db) {
     let roots = db.roots("alice").await.unwrap();
     assert_eq!(roots.epoch, 0);
     let all: Vec<(String, String)> = (1..=3).map(|i| (h(i), "blob".to_owned())).collect();
+    // A write of 2 held it anew after the marks were made: its row
+    // stays, and is not doomed.
+    db.hold("alice", &[blob(2)], 150).await.unwrap();
     assert_eq!(
-        db.sweep("alice", &roots, &all, 200).await.unwrap(),
-        Swept::Done { rows: 3, doomed: 2 },
-        "the third is still bob's"
+        db.sweep("alice", &roots, &all, 120, 200).await.unwrap(),
+        Swept::Done { rows: 2, doomed: 1 },
+        "2 was held anew, the third is still bob's"
+    );
+    assert_eq!(db.stored_bytes("alice").await.unwrap(), 10);
+    let roots = db.roots("alice").await.unwrap();
+    assert_eq!(
+        db.sweep("alice", &roots, &all[1..2], 200, 200)
+            .await
+            .unwrap(),
+        Swept::Done { rows: 1, doomed: 1 }
     );
     assert_eq!(db.stored_bytes("alice").await.unwrap(), 0);
     assert_eq!(db.doomed_count().await.unwrap(), 2);
@@ -360,7 +371,7 @@ async fn collection(db: Db) {
         None
     );
     let epoch = db.fence("alice").await.unwrap();
-    assert_eq!(epoch, 1);
+    assert_eq!(epoch, 2);
     assert_eq!(
         db.advance_head_fenced("alice", "/p", None, "s1", 201, epoch)
             .await
@@ -380,7 +391,7 @@ async fn collection(db: Db) {
     };
     db.hold("alice", &[blob(4)], 100).await.unwrap();
     assert_eq!(
-        db.sweep("alice", &stale, &[(h(4), "blob".into())], 202)
+        db.sweep("alice", &stale, &[(h(4), "blob".into())], 202, 202)
             .await
             .unwrap(),
         Swept::Moved
@@ -423,7 +434,9 @@ async fn collection(db: Db) {
     let carol = db.roots("carol").await.unwrap();
     let both = vec![(h(5), "blob".to_owned()), (h(6), "blob".to_owned())];
     assert!(matches!(
-        db.sweep("carol", &carol, &both, 1_000).await.unwrap(),
+        db.sweep("carol", &carol, &both, 1_000, 1_000)
+            .await
+            .unwrap(),
         Swept::Done { rows: 2, doomed: 2 }
     ));
     assert_eq!(db.claim_doomed(1_000, 1_001, 10).await.unwrap().len(), 2);
@@ -601,4 +614,60 @@ async fn jobs(place: &Place) {
     claimed.sort();
     let want: Vec<String> = (0..60).map(|i| format!("many-{i:02}")).collect();
     assert_eq!(claimed, want);
+}
+
+#[tokio::test]
+async fn what_a_run_writes_is_named_in_its_record_while_under_way_only() {
+    for place in places("run objects") {
+        run_objects(&place).await;
+    }
+}
+
+async fn run_objects(place: &Place) {
+    let db = place.open().await;
+    let row = ThreadRow {
+        thread_id: "r1".into(),
+        project_path: "/p".into(),
+        item_id: "tool:t".into(),
+        status: "running".into(),
+        created_at: 10,
+        finished_at: None,
+        record: serde_json::json!({"snapshot_hash": "s0"}),
+    };
+    db.start_thread("alice", &row, "replica-a", 100)
+        .await
+        .unwrap();
+    db.note_run_objects("r1", &["aa", "bb"]).await.unwrap();
+    db.note_run_objects("r1", &["bb", "cc"]).await.unwrap();
+    let records = db.thread_records("alice", 1_000).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0],
+        serde_json::json!({"snapshot_hash": "s0", "new_object_hashes": ["aa", "bb", "cc"]})
+    );
+    // Once ended, its record is what the end wrote.
+    db.finish_thread("r1", "completed", &serde_json::json!({"done": true}), 20)
+        .await
+        .unwrap();
+    db.note_run_objects("r1", &["dd"]).await.unwrap();
+    let ended = db.thread("alice", "r1").await.unwrap().unwrap();
+    assert_eq!(ended.record, serde_json::json!({"done": true}));
+}
+
+#[tokio::test]
+async fn writes_held_later_than_half_their_stage_lease_are_refused() {
+    use crate::tracked::Tracked;
+    use rye_cas::Storage as _;
+    let place = Place::Sqlite(tempfile::tempdir().unwrap());
+    let db = place.open().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = crate::bytes::ObjectBytes::local(dir.path()).unwrap();
+    let tracked = Tracked::staged(bytes, db.clone(), 2);
+    let key = format!("blobs/{}", "ab".repeat(32));
+    tracked.put(&key, b"x").await.unwrap();
+    assert_eq!(tracked.to_hold().unwrap().len(), 1, "held at once");
+    tracked.put(&key, b"x").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let late = tracked.to_hold().unwrap_err().to_string();
+    assert!(late.contains("write them again"), "{late}");
 }

@@ -52,8 +52,9 @@ pub struct GcSettings {
     /// head.
     pub grace: Duration,
     /// How long a hash being written is kept from deletion before the row
-    /// that holds it is written: longer than any one request or run's
-    /// read-back takes.
+    /// that holds it is written: more than twice what any one request or
+    /// run's read-back takes (a hold later than half of it is refused).
+    /// Zero keeps nothing: only for one writer at a time.
     pub staged_for: Duration,
     pub retention: Retention,
 }
@@ -134,7 +135,7 @@ pub(super) async fn collect(
         }
         match node
             .db
-            .sweep(principal, &roots, &swept, now)
+            .sweep(principal, &roots, &swept, cutoff, now)
             .await
             .map_err(|e| e.to_string())?
         {
