@@ -794,12 +794,14 @@ impl Db {
             .execute(pool)
             .await?
             .rows_affected();
-            sqlx::query(
-                "DELETE FROM jobs WHERE thread_id IN \
-                 (SELECT thread_id FROM threads WHERE status NOT IN ('queued', 'running'))",
-            )
-            .execute(pool)
-            .await?;
+            if cut > 0 {
+                sqlx::query(
+                    "DELETE FROM jobs WHERE thread_id IN \
+                     (SELECT thread_id FROM threads WHERE status NOT IN ('queued', 'running'))",
+                )
+                .execute(pool)
+                .await?;
+            }
             cut
         }))
     }

@@ -154,6 +154,20 @@ pub struct Node {
     rate_limit: Option<crate::limits::RateLimit>,
 }
 
+/// A slot of this replica's taken by one run. Given back, it tells the
+/// queue, so that a job waiting for a slot is claimed at once.
+struct Slot {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    queue: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.queue.notify_one();
+    }
+}
+
 /// Renews the leases of the runs this replica holds, four times a lease,
 /// and marks interrupted the runs whose replica let theirs run out; ends
 /// with the node.
@@ -474,6 +488,15 @@ impl Node {
         Ok(node)
     }
 
+    /// One of this replica's slots to run an item in, if one is free.
+    fn try_slot(&self) -> Option<Slot> {
+        let permit = Arc::clone(&self.slots).try_acquire_owned().ok()?;
+        Some(Slot {
+            permit: Some(permit),
+            queue: Arc::clone(&self.queue),
+        })
+    }
+
     /// A 429 when `principal` is over its rate limit.
     fn over_limit(&self, principal: &str) -> Result<(), Reply> {
         let Some(limit) = &self.rate_limit else {
@@ -659,6 +682,15 @@ async fn admin_revoke(
 #[derive(Clone, Default)]
 struct Caller(Arc<std::sync::OnceLock<String>>);
 
+impl Caller {
+    /// Notes `principal` as the one the request in `parts` acts for.
+    fn note(parts: &axum::http::request::Parts, principal: &str) {
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            let _ = caller.0.set(principal.to_owned());
+        }
+    }
+}
+
 /// Counts every request by its route and status, with its latency, and
 /// logs it (`rye_node::access`: method, route, status, milliseconds and
 /// the principal, never a body or a query).
@@ -676,14 +708,14 @@ async fn counted(
     request.extensions_mut().insert(caller.clone());
     let started = std::time::Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16();
-    node.metrics.request(&route, status, started.elapsed());
+    let (status, took) = (response.status().as_u16(), started.elapsed());
+    node.metrics.request(&route, status, took);
     tracing::info!(
         target: "rye_node::access",
         method = method.as_str(),
         route,
         status,
-        ms = started.elapsed().as_secs_f64() * 1e3,
+        ms = took.as_secs_f64() * 1e3,
         principal = caller.0.get().map(|p| format!("fp:{p}")),
         "request"
     );
@@ -928,9 +960,7 @@ impl<S: Scope> FromRequest<Arc<Node>> for Signed<S> {
                 (principal, None)
             }
         };
-        if let Some(caller) = parts.extensions.get::<Caller>() {
-            let _ = caller.0.set(principal.clone());
-        }
+        Caller::note(&parts, &principal);
         Ok(Signed {
             principal,
             uri: parts.uri,
@@ -1983,9 +2013,7 @@ async fn delivered(node: Arc<Node>, request: Request) -> Answer {
     let signature = delivery
         .verify(&binding.secret, &body, now)
         .map_err(webhook_refused)?;
-    if let Some(caller) = parts.extensions.get::<Caller>() {
-        let _ = caller.0.set(principal.clone());
-    }
+    Caller::note(&parts, &principal);
     // The binding runs as its principal for as long as that key may run
     // items here.
     let allowed = match node.db.authorized_key(&principal).await.map_err(internal)? {
@@ -2084,14 +2112,10 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
     };
     // An async run takes a slot on whichever replica claims it; the
     // queue it waits in is bounded instead.
-    let permit = if run_async {
+    let slot = if run_async {
         None
     } else {
-        Some(
-            Arc::clone(&node.slots)
-                .try_acquire_owned()
-                .map_err(|_| at_capacity())?,
-        )
+        Some(node.try_slot().ok_or_else(at_capacity)?)
     };
     let base = node
         .db
@@ -2105,7 +2129,7 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
                 format!("project {project:?} was never pushed to this node"),
             )
         })?;
-    let Some(permit) = permit else {
+    let Some(slot) = slot else {
         drop(secrets);
         let thread_id =
             jobs::enqueue(&node, &principal, &body, &item_id, id, &base, retries).await?;
@@ -2132,10 +2156,8 @@ async fn execute_as(node: Arc<Node>, principal: String, body: Value) -> Answer {
     // The run is a task of its own, so a caller that hangs up does not cut
     // it short: it finishes, folds back and is recorded all the same.
     let run = tokio::spawn(async move {
-        let ended = finish(&node, job).await;
-        drop(permit);
-        node.queue.notify_one();
-        ended
+        let _slot = slot;
+        finish(&node, job).await
     });
     match run.await {
         Ok((status, record)) => Ok(reply(status, record)),

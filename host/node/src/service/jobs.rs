@@ -98,15 +98,14 @@ pub(super) async fn keep_claiming(node: Weak<Node>) {
         };
         let queue = Arc::clone(&strong.queue);
         let mut claimed = false;
-        if let Ok(permit) = Arc::clone(&strong.slots).try_acquire_owned() {
+        if let Some(slot) = strong.try_slot() {
             match strong.db.claim(&strong.replica, strong.lease_until()).await {
                 Ok(Some(job)) => {
                     claimed = true;
                     let node = Arc::clone(&strong);
                     tokio::spawn(async move {
+                        let _slot = slot;
                         run_claimed(&node, job).await;
-                        drop(permit);
-                        node.queue.notify_one();
                     });
                 }
                 Ok(None) => {}
