@@ -154,6 +154,9 @@ pub struct ComponentHost {
     loaded: Mutex<HashMap<([u8; 32], World), LoadResult>>,
     /// Instance slots of each world, in [`World::ALL`] order.
     slots: Vec<Arc<crate::slots::Slots>>,
+    /// The linker of command tools, and the tools loaded, by hash.
+    commands: Linker<CallState>,
+    loaded_commands: Mutex<HashMap<[u8; 32], Arc<crate::command::LoadedCommand>>>,
 }
 
 impl ComponentHost {
@@ -179,8 +182,11 @@ impl ComponentHost {
                 _ => crate::slots::Slots::new(per_world),
             })
             .collect();
+        let commands = crate::command::command_linker(&engine)?;
         Ok(Self {
             slots,
+            commands,
+            loaded_commands: Mutex::default(),
             engine,
             linkers,
             config,
@@ -259,6 +265,74 @@ impl ComponentHost {
             .expect("load cache lock")
             .insert((hash, world), result.clone());
         result.map(Ok).map_err(fail)
+    }
+
+    /// The content hash of `path` (its bytes, if they had to be read).
+    pub(crate) fn read_checked(
+        &self,
+        path: &Path,
+    ) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
+        self.hash_file(path)
+    }
+
+    /// The bytes of `path`, which must still hash to `hash`.
+    pub(crate) fn read_again(
+        &self,
+        path: &Path,
+        hash: &[u8; 32],
+    ) -> Result<Vec<u8>, ComponentErrorKind> {
+        let bytes = std::fs::read(path).map_err(|e| ComponentErrorKind::Io(e.to_string()))?;
+        if <[u8; 32]>::from(Sha256::digest(&bytes)) != *hash {
+            return Err(ComponentErrorKind::Io(
+                "the file changed while it was being loaded".into(),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// The component of `bytes`, checked to be one, compiled or from a
+    /// cache.
+    pub(crate) fn compile_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        hash: [u8; 32],
+    ) -> Result<(Component, Origin), ComponentErrorKind> {
+        check_header(bytes)?;
+        self.compile(path, bytes, hash)
+    }
+
+    pub(crate) fn command_linker(&self) -> &Linker<CallState> {
+        &self.commands
+    }
+
+    pub(crate) fn known_command(
+        &self,
+        hash: &[u8; 32],
+    ) -> Option<Arc<crate::command::LoadedCommand>> {
+        self.loaded_commands
+            .lock()
+            .expect("command cache lock")
+            .get(hash)
+            .cloned()
+    }
+
+    pub(crate) fn keep_command(&self, hash: [u8; 32], loaded: Arc<crate::command::LoadedCommand>) {
+        self.loaded_commands
+            .lock()
+            .expect("command cache lock")
+            .insert(hash, loaded);
+    }
+
+    /// A store around `state` with `deadline` armed and its memory cap
+    /// enforced; no world's slot.
+    pub(crate) fn deadline_store(&self, state: CallState, deadline: Duration) -> Store<CallState> {
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        store.set_epoch_deadline(ticks + 1);
+        store.epoch_deadline_trap();
+        store
     }
 
     /// The content hash of `path`, and its bytes if they had to be read.

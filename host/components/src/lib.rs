@@ -29,6 +29,7 @@
 mod adapter;
 mod bindings;
 mod cache;
+mod command;
 mod error;
 mod host;
 mod limits;
@@ -44,6 +45,7 @@ pub use adapter::{
     PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
     PlannedRequest,
 };
+pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant, LoadedCommand};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin, Precompiled};
 pub use limits::Limits;

@@ -19,6 +19,8 @@ pub(crate) struct CallState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) stderr: MemoryOutputPipe,
+    /// A command tool's stdout, kept for its answer.
+    pub(crate) stdout: Option<MemoryOutputPipe>,
     /// What the host answers a runtime adapter's questions with.
     pub(crate) services: Option<Box<dyn AdapterServices>>,
     /// The world's instance slot this call holds, given back when the
@@ -64,15 +66,21 @@ impl CallState {
                 .preopened_dir(dir, guest, FsPerms::ReadOnly)
                 .map_err(|e| (dir.clone(), format!("{e:#}")))?;
         }
-        Ok(Self {
-            wasi: builder.build(),
+        Ok(Self::with_context(builder.build(), memory_cap, stderr))
+    }
+
+    /// A call's state around the WASI context `wasi`.
+    pub(crate) fn with_context(wasi: WasiCtx, memory_cap: usize, stderr: MemoryOutputPipe) -> Self {
+        Self {
+            wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(memory_cap),
             stderr,
+            stdout: None,
             services: None,
             slot: None,
             world: None,
-        })
+        }
     }
 
     /// The host's services for `call`, if the gate lets this call's world

@@ -1,4 +1,4 @@
-//! Builds a guest workspace (every `cdylib` in it) for `wasm32-wasip2` from a
+//! Builds a guest workspace (every `cdylib` and command in it) for `wasm32-wasip2` from a
 //! build script, so a plain `cargo build` or `cargo test` of the host also
 //! produces the components it embeds or tests against. No `.wasm` is ever
 //! committed.
@@ -29,7 +29,8 @@ pub struct Component {
 }
 
 /// Builds every `cdylib` package of the workspace at `manifest` in release
-/// mode and returns the components, in package-name order.
+/// mode, and every package that is a binary only (a `wasi:cli` command),
+/// and returns the components, in package-name order.
 ///
 /// All guest workspaces share one target directory (`target/wasm` of the
 /// host workspace), so dependencies they have in common compile once.
@@ -133,15 +134,23 @@ fn cdylib_packages(manifest: &Path) -> Vec<Package> {
         .into_iter()
         .flatten()
         .filter_map(|p| {
-            let lib = p["targets"].as_array()?.iter().find(|t| {
-                t["crate_types"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
-            })?;
+            let of_kind = |kind: &str| {
+                p["targets"].as_array()?.iter().find(|t| {
+                    t["crate_types"]
+                        .as_array()
+                        .is_some_and(|k| k.iter().any(|k| k == kind))
+                })
+            };
+            // A library keeps its name with `_` for `-`; a binary (a
+            // `wasi:cli` command) keeps its own.
+            let lib_name = match of_kind("cdylib") {
+                Some(lib) => lib["name"].as_str()?.replace('-', "_"),
+                None => of_kind("bin")?["name"].as_str()?.to_owned(),
+            };
             let manifest_path = PathBuf::from(p["manifest_path"].as_str()?);
             Some(Package {
                 name: p["name"].as_str()?.to_owned(),
-                lib_name: lib["name"].as_str()?.replace('-', "_"),
+                lib_name,
                 dir: manifest_path.parent()?.to_owned(),
                 metadata: p["metadata"]["rye"].clone(),
             })

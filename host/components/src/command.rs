@@ -1,0 +1,243 @@
+//! Tools that are `wasi:cli` command components: parameters as JSON on
+//! stdin, the answer on stdout, exactly as for a process tool, but run
+//! in the engine with nothing but what the call grants: the directories
+//! it preopens (each read-only or read-write), the environment variables
+//! it names, a CPU deadline, a memory cap and an output cap. No network,
+//! no other file, no inherited variable.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime_wasi::p2::bindings::sync::CommandPre;
+use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx};
+
+use crate::error::{ComponentError, ComponentErrorKind};
+use crate::host::{ComponentHost, Origin};
+use crate::limits::Limits;
+use crate::sandbox::CallState;
+
+/// How much of a tool's stderr is kept.
+const STDERR_CAPTURE: usize = 64 * 1024;
+
+/// A directory a tool may see, at `guest` inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirGrant {
+    pub host: PathBuf,
+    pub guest: String,
+    pub writable: bool,
+}
+
+/// Everything one run of a command tool is given.
+#[derive(Debug, Clone, Default)]
+pub struct CommandGrants {
+    pub dirs: Vec<DirGrant>,
+    /// Variables by name and value; no other reaches the tool.
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    /// Bytes of stdout kept; a tool that writes more is stopped.
+    pub output_cap: usize,
+}
+
+/// A command component compiled and ready to instantiate.
+pub struct LoadedCommand {
+    pub path: PathBuf,
+    /// SHA-256 of the component's bytes.
+    pub hash: [u8; 32],
+    pub origin: Origin,
+    pre: CommandPre<CallState>,
+}
+
+impl std::fmt::Debug for LoadedCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedCommand")
+            .field("path", &self.path)
+            .field("hash", &hex::encode(self.hash))
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// How a run of a command tool ended, when it was not stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// 0 for success; 1 for a failure (WASI 0.2 carries no more), or
+    /// the code of an exit that gave one.
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+/// Why a run of a command tool was stopped: each names the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandStop {
+    Deadline(Duration),
+    Memory(usize),
+    Output(usize),
+    Trap { message: String, stderr: String },
+}
+
+impl std::fmt::Display for CommandStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Deadline(d) => write!(f, "ran past its CPU deadline of {} ms", d.as_millis()),
+            Self::Memory(cap) => write!(f, "used more memory than its cap of {cap} bytes"),
+            Self::Output(cap) => write!(f, "wrote more than its output cap of {cap} bytes"),
+            Self::Trap { message, stderr } if stderr.trim().is_empty() => {
+                write!(f, "trapped: {message}")
+            }
+            Self::Trap { message, stderr } => {
+                write!(f, "trapped: {message}; stderr: {}", stderr.trim_end())
+            }
+        }
+    }
+}
+
+/// The linker of command tools: WASI, whose grants each run's context
+/// makes; nothing of `rye:plugin`.
+pub(crate) fn command_linker(
+    engine: &wasmtime::Engine,
+) -> Result<Linker<CallState>, wasmtime::Error> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    Ok(linker)
+}
+
+impl CallState {
+    /// The state of one run of a command tool: `grants` and nothing else,
+    /// `stdin` as its input, stdout kept up to one byte past the cap (so
+    /// a tool that passes it is known to have).
+    fn command(grants: &CommandGrants, stdin: Vec<u8>) -> Result<Self, String> {
+        let stdout = MemoryOutputPipe::new(grants.output_cap.saturating_add(1));
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut builder = WasiCtx::builder();
+        builder
+            .allow_blocking_current_thread(true)
+            .stdin(MemoryInputPipe::new(stdin))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .args(&["tool"]);
+        for (name, value) in &grants.env {
+            builder.env(name, value);
+        }
+        for dir in &grants.dirs {
+            let perms = if dir.writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            builder
+                .preopened_dir(&dir.host, &dir.guest, perms)
+                .map_err(|e| format!("{}: {e:#}", dir.host.display()))?;
+        }
+        let mut state = Self::with_context(builder.build(), grants.limits.memory, stderr);
+        state.stdout = Some(stdout);
+        Ok(state)
+    }
+}
+
+impl ComponentHost {
+    /// Loads the command component at `path`, first handing its content
+    /// hash to `check` (its signature): if it refuses, nothing is
+    /// compiled and its answer is returned.
+    pub fn load_command<E>(
+        &self,
+        path: &Path,
+        check: impl FnOnce(&[u8; 32]) -> Result<(), E>,
+    ) -> Result<Result<Arc<LoadedCommand>, E>, ComponentError> {
+        let fail = |kind| ComponentError {
+            path: path.to_owned(),
+            kind,
+        };
+        let (hash, bytes) = self.read_checked(path).map_err(fail)?;
+        if let Err(refused) = check(&hash) {
+            return Ok(Err(refused));
+        }
+        if let Some(found) = self.known_command(&hash) {
+            return Ok(Ok(found));
+        }
+        let bytes = match bytes {
+            Some(bytes) => bytes,
+            None => self.read_again(path, &hash).map_err(fail)?,
+        };
+        let (component, origin): (Component, Origin) =
+            self.compile_bytes(path, &bytes, hash).map_err(fail)?;
+        let pre = self
+            .command_linker()
+            .instantiate_pre(&component)
+            .map_err(|e| fail(ComponentErrorKind::Import(format!("{e:#}"))))
+            .and_then(|pre| {
+                CommandPre::new(pre).map_err(|e| {
+                    fail(ComponentErrorKind::WrongWorld {
+                        expected: format!("wasi:cli command ({e:#})"),
+                        found: Vec::new(),
+                    })
+                })
+            })?;
+        let loaded = Arc::new(LoadedCommand {
+            path: path.to_owned(),
+            hash,
+            origin,
+            pre,
+        });
+        self.keep_command(hash, Arc::clone(&loaded));
+        Ok(Ok(loaded))
+    }
+
+    /// Runs `command` once with `grants`, `stdin` as its input. A run
+    /// the tool ended itself (any exit code) is its output; one stopped
+    /// by a limit or a trap is the stop, naming the limit.
+    pub fn run_command(
+        &self,
+        command: &LoadedCommand,
+        grants: &CommandGrants,
+        stdin: Vec<u8>,
+    ) -> Result<Result<CommandOutput, CommandStop>, ComponentError> {
+        let state = CallState::command(grants, stdin).map_err(|e| ComponentError {
+            path: command.path.clone(),
+            kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
+        })?;
+        let mut store = self.deadline_store(state, grants.limits.deadline);
+        let ran = command
+            .pre
+            .instantiate(&mut store)
+            .and_then(|cli| cli.wasi_cli_run().call_run(&mut store));
+        let data = store.data();
+        let stdout = data.stdout.as_ref().map(|p| p.contents().to_vec());
+        let stdout = stdout.unwrap_or_default();
+        let stderr = data.stderr_text();
+        if stdout.len() > grants.output_cap {
+            return Ok(Err(CommandStop::Output(grants.output_cap)));
+        }
+        let exit_code = match ran {
+            Ok(Ok(())) => 0,
+            Ok(Err(())) => 1,
+            Err(e) => match e.downcast_ref::<I32Exit>() {
+                Some(exit) => exit.0,
+                None => {
+                    return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
+                        ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),
+                        ComponentErrorKind::MemoryLimit { limit } => CommandStop::Memory(limit),
+                        ComponentErrorKind::Trap { message, stderr } => {
+                            CommandStop::Trap { message, stderr }
+                        }
+                        other => CommandStop::Trap {
+                            message: other.to_string(),
+                            stderr,
+                        },
+                    }));
+                }
+            },
+        };
+        Ok(Ok(CommandOutput {
+            exit_code,
+            stdout,
+            stderr,
+        }))
+    }
+}

@@ -1,0 +1,207 @@
+//! Command tools (`wasi:cli` components) run with exactly what each run
+//! grants, proven with `tool-probe` built from `tests/test-programs/`:
+//! every capability obeyed when granted and refused when not, every limit
+//! stopping the run with an error naming it, and the host running the
+//! next tool after each.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rye_components::{
+    CommandGrants, CommandOutput, CommandStop, ComponentHost, DirGrant, HostConfig, Limits,
+    LoadedCommand,
+};
+use rye_test_artifacts as artifacts;
+use serde_json::{Value, json};
+
+fn host() -> ComponentHost {
+    ComponentHost::new(HostConfig::default()).unwrap()
+}
+
+fn probe(host: &ComponentHost) -> std::sync::Arc<LoadedCommand> {
+    host.load_command(Path::new(artifacts::TOOL_PROBE), |_| {
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .unwrap()
+    .unwrap()
+}
+
+fn grants() -> CommandGrants {
+    CommandGrants {
+        dirs: Vec::new(),
+        env: Vec::new(),
+        limits: Limits {
+            deadline: Duration::from_secs(5),
+            memory: 64 << 20,
+        },
+        output_cap: 1 << 20,
+    }
+}
+
+fn run(host: &ComponentHost, grants: &CommandGrants, asked: Value) -> Result<Value, CommandStop> {
+    let probe = probe(host);
+    let output: CommandOutput = host
+        .run_command(&probe, grants, asked.to_string().into_bytes())
+        .unwrap()?;
+    assert_eq!(output.exit_code, 0, "{}", output.stderr);
+    Ok(serde_json::from_slice(&output.stdout).unwrap())
+}
+
+/// The host still runs a tool after one failed.
+fn assert_serves(host: &ComponentHost) {
+    let answer = run(host, &grants(), json!({"do": "echo", "value": 7})).unwrap();
+    assert_eq!(answer, json!({"echo": 7}));
+}
+
+#[test]
+fn parameters_in_and_data_out_as_for_a_process() {
+    let host = host();
+    assert_serves(&host);
+    let probe = probe(&host);
+    let exit = host
+        .run_command(&probe, &grants(), br#"{"do": "exit", "code": 4}"#.to_vec())
+        .unwrap()
+        .unwrap();
+    // WASI 0.2 carries success or failure, not the code.
+    assert_eq!(exit.exit_code, 1);
+}
+
+#[test]
+fn a_read_only_directory_is_read_and_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.md"), "# kept\n").unwrap();
+    let host = host();
+    let mut granted = grants();
+    granted.dirs.push(DirGrant {
+        host: dir.path().to_owned(),
+        guest: "/project".into(),
+        writable: false,
+    });
+    let read = run(
+        &host,
+        &granted,
+        json!({"do": "read", "path": "/project/notes.md"}),
+    )
+    .unwrap();
+    assert_eq!(read, json!({"content": "# kept\n"}));
+    let write = run(
+        &host,
+        &granted,
+        json!({"do": "write", "path": "/project/notes.md", "content": "gone"}),
+    )
+    .unwrap();
+    assert!(write["error"].is_string(), "{write}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.md")).unwrap(),
+        "# kept\n"
+    );
+    let new = run(
+        &host,
+        &granted,
+        json!({"do": "write", "path": "/project/new.md", "content": "x"}),
+    )
+    .unwrap();
+    assert!(new["error"].is_string(), "{new}");
+    assert!(!dir.path().join("new.md").exists());
+}
+
+#[test]
+fn a_writable_directory_is_written_and_nothing_outside_it_is_reached() {
+    let root = tempfile::tempdir().unwrap();
+    let granted_dir = root.path().join("state");
+    std::fs::create_dir(&granted_dir).unwrap();
+    std::fs::write(root.path().join("secret.txt"), "outside").unwrap();
+    // A link inside the granted folder that leads out of it.
+    std::os::unix::fs::symlink(root.path().join("secret.txt"), granted_dir.join("link")).unwrap();
+    let host = host();
+    let mut granted = grants();
+    granted.dirs.push(DirGrant {
+        host: granted_dir.clone(),
+        guest: "/state".into(),
+        writable: true,
+    });
+    let wrote = run(
+        &host,
+        &granted,
+        json!({"do": "write", "path": "/state/out.json", "content": "{}"}),
+    )
+    .unwrap();
+    assert_eq!(wrote, json!({"written": true}));
+    assert_eq!(
+        std::fs::read_to_string(granted_dir.join("out.json")).unwrap(),
+        "{}"
+    );
+    for path in [
+        "/state/../secret.txt",
+        "/state/link",
+        root.path().join("secret.txt").to_str().unwrap(),
+        "/etc/passwd",
+    ] {
+        let read = run(&host, &granted, json!({"do": "read", "path": path})).unwrap();
+        assert!(read["error"].is_string(), "{path}: {read}");
+    }
+    assert_serves(&host);
+}
+
+#[test]
+fn only_the_variables_granted_reach_the_tool() {
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var("RYE_PROBE_HOST_ONLY", "leaked") };
+    let host = host();
+    let mut granted = grants();
+    granted.env.push(("GREETING".into(), "hello".into()));
+    let found = run(&host, &granted, json!({"do": "env", "name": "GREETING"})).unwrap();
+    assert_eq!(found["value"], "hello");
+    assert_eq!(found["names"], json!(["GREETING"]));
+    let hidden = run(
+        &host,
+        &granted,
+        json!({"do": "env", "name": "RYE_PROBE_HOST_ONLY"}),
+    )
+    .unwrap();
+    assert_eq!(hidden["value"], Value::Null);
+}
+
+#[test]
+fn each_limit_stops_the_run_and_names_itself() {
+    let host = host();
+    let mut granted = grants();
+    granted.limits.deadline = Duration::from_millis(300);
+    let stop = run(&host, &granted, json!({"do": "loop"})).unwrap_err();
+    assert_eq!(stop, CommandStop::Deadline(Duration::from_millis(300)));
+    assert!(stop.to_string().contains("deadline of 300 ms"), "{stop}");
+    assert_serves(&host);
+
+    let mut granted = grants();
+    granted.limits.memory = 32 << 20;
+    let stop = run(&host, &granted, json!({"do": "allocate"})).unwrap_err();
+    assert_eq!(stop, CommandStop::Memory(32 << 20));
+    assert_serves(&host);
+
+    let mut granted = grants();
+    granted.output_cap = 64 << 10;
+    let stop = run(&host, &granted, json!({"do": "flood"})).unwrap_err();
+    assert_eq!(stop, CommandStop::Output(64 << 10));
+    assert!(stop.to_string().contains("output cap"), "{stop}");
+    assert_serves(&host);
+}
+
+#[test]
+fn a_refused_check_compiles_nothing_and_bad_bytes_are_named() {
+    let host = host();
+    let refused = host
+        .load_command(Path::new(artifacts::TOOL_PROBE), |_| Err("not signed"))
+        .unwrap();
+    assert_eq!(refused.unwrap_err(), "not signed");
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"not wasm").unwrap();
+    let error = host.load_command(&junk, |_| Ok::<(), ()>(())).unwrap_err();
+    assert_eq!(error.path, junk);
+    // A plugin component is no command.
+    let parser = host
+        .load_command(Path::new(artifacts::PARSER_OVERRIDE), |_| Ok::<(), ()>(()))
+        .unwrap_err();
+    assert!(parser.to_string().contains("command"), "{parser}");
+    assert_serves(&host);
+}
