@@ -2066,3 +2066,39 @@ fn with_dialect(dialect: Option<&str>, mut schema: Value) -> Value {
     }
     schema
 }
+
+#[test]
+fn signing_a_component_tool_signs_its_wasm_and_it_runs_from_the_command_line() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let wasm = env.project.path().join(".ai/tools/demo/probe.wasm");
+    std::fs::create_dir_all(wasm.parent().unwrap()).unwrap();
+    std::fs::copy(artifacts::TOOL_PROBE, &wasm).unwrap();
+    env.write(
+        ".ai/tools/demo/probe.yaml",
+        "version: \"1.0.0\"\ntool_type: wasm_component\n\
+         executor_id: rye/core/runtimes/wasm/component\ncategory: demo\n\
+         description: Echoes its parameters\nconfig:\n  component: probe.wasm\n",
+    );
+    let unsigned = env.rye(&["execute", "tool", "demo/probe"]);
+    assert_eq!(unsigned.status.code(), Some(1));
+    env.ok(&["sign", "tool", "demo/probe"]);
+    assert!(wasm.with_extension("wasm.sig").is_file());
+    let ran: Value = serde_json::from_str(&env.ok(&[
+        "execute",
+        "tool",
+        "demo/probe",
+        "--params",
+        r#"{"do": "echo", "value": "hi"}"#,
+    ]))
+    .unwrap();
+    assert_eq!(ran["data"], json!({"echo": "hi"}), "{ran:#}");
+    // A component that is no command is not signed as a tool's.
+    std::fs::copy(artifacts::PARSER_OVERRIDE, &wasm).unwrap();
+    let refused = env.rye(&["sign", "tool", "demo/probe"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stdout).into_owned()
+        + &String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("is not a wasi:cli command"), "{said}");
+}

@@ -172,12 +172,8 @@ impl ComponentHost {
             .instantiate_pre(&component)
             .map_err(|e| fail(ComponentErrorKind::Import(format!("{e:#}"))))
             .and_then(|pre| {
-                CommandPre::new(pre).map_err(|e| {
-                    fail(ComponentErrorKind::WrongWorld {
-                        expected: format!("wasi:cli command ({e:#})"),
-                        found: Vec::new(),
-                    })
-                })
+                CommandPre::new(pre)
+                    .map_err(|e| fail(ComponentErrorKind::NotACommand(format!("{e:#}"))))
             })?;
         let loaded = Arc::new(LoadedCommand {
             path: path.to_owned(),

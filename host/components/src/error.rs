@@ -43,6 +43,8 @@ pub enum ComponentErrorKind {
     BadOutput(String),
     /// All of its world's instances are in use (this many).
     Busy(usize),
+    /// A tool's component that is no `wasi:cli` command.
+    NotACommand(String),
 }
 
 impl fmt::Display for ComponentErrorKind {
@@ -74,6 +76,10 @@ impl fmt::Display for ComponentErrorKind {
                 found.join(", ")
             ),
             Self::Signature(e) => write!(f, "does not match the contract: {e}"),
+            Self::NotACommand(e) => write!(
+                f,
+                "is not a wasi:cli command ({e}); build the tool as a binary for wasm32-wasip2"
+            ),
             Self::Import(e) => write!(f, "needs an import its world does not grant: {e}"),
             Self::Timeout(d) => write!(
                 f,

@@ -17,12 +17,15 @@ pub const HTTP_PRIMITIVE: &str = "rye/core/primitives/http_client";
 pub const MCP_PRIMITIVE: &str = "rye/core/primitives/mcp_client";
 /// The primitive that walks state graphs.
 pub const GRAPH_PRIMITIVE: &str = "rye/core/primitives/state_graph";
+/// The primitive that runs a tool's own WebAssembly component.
+pub const COMPONENT_PRIMITIVE: &str = "rye/core/primitives/wasm_component";
 /// The primitives a chain may end in.
 pub const PRIMITIVES: &[&str] = &[
     EXECUTE_PRIMITIVE,
     HTTP_PRIMITIVE,
     MCP_PRIMITIVE,
     GRAPH_PRIMITIVE,
+    COMPONENT_PRIMITIVE,
 ];
 
 /// Why a chain could not be built or is not valid. Each names the

@@ -36,7 +36,9 @@ use rye_space::{ItemKind, Space};
 use serde_json::{Map, Value, json};
 
 use crate::chain::Chain;
-use crate::chain_rules::{EXECUTE_PRIMITIVE, GRAPH_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE};
+use crate::chain_rules::{
+    COMPONENT_PRIMITIVE, EXECUTE_PRIMITIVE, GRAPH_PRIMITIVE, HTTP_PRIMITIVE, MCP_PRIMITIVE,
+};
 use crate::lockfile::LockState;
 use crate::reply::{
     DryRunReply, ItemMetadata, ItemReply, Took, ToolMetadata, ToolReply, Truncated, to_value,
@@ -674,6 +676,7 @@ fn fill_values(value: &mut Value, inputs: &Map<String, Value>) {
     }
 }
 
+mod component;
 mod graph;
 
 /// A result that ends the execution early: the error result, complete.
@@ -740,6 +743,13 @@ impl<'a> ToolRun<'a> {
                 begun.wait().await;
             }
             let ran = self.walk(&chain).await?;
+            return Ok(self.record(&chain, &lock, ran));
+        }
+        if chain.primitive().item_id == COMPONENT_PRIMITIVE {
+            if let Some(begun) = self.begun.take() {
+                begun.wait().await;
+            }
+            let ran = self.run_component(&chain).await?;
             return Ok(self.record(&chain, &lock, ran));
         }
         let planned = self.plan(&chain)?;

@@ -47,7 +47,8 @@ mod validators;
 
 pub use chain::{Chain, ChainElement, ChainSummary};
 pub use chain_rules::{
-    ChainError, EXECUTE_PRIMITIVE, GRAPH_PRIMITIVE, HTTP_PRIMITIVE, MAX_DEPTH, MCP_PRIMITIVE,
+    COMPONENT_PRIMITIVE, ChainError, EXECUTE_PRIMITIVE, GRAPH_PRIMITIVE, HTTP_PRIMITIVE, MAX_DEPTH,
+    MCP_PRIMITIVE,
 };
 pub use config::{RyeConfig, state_dir_from_env};
 pub use mcp_servers::{Discovered, NewServer, ServerListing};

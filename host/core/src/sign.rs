@@ -258,6 +258,12 @@ impl Rye {
             return Err(refused);
         }
         let trusted = trust.get(key.fingerprint()).is_some();
+        // A component tool's `.wasm` is signed with its item.
+        if kind == ItemKind::Tool
+            && let Ok(doc) = parsed.outcome.as_ref()
+        {
+            self.sign_tool_component(session, path, &doc.document, key)?;
+        }
         let already = verify_text(&parsed.content, kind, &format, &only(key))
             .ok()
             .filter(|v| v.uncovered.is_none());
@@ -311,6 +317,45 @@ impl Rye {
             .unwrap_or(World::Validator);
         // Only a component that loads as its folder's world is signed.
         self.components.load(path, world)?;
+        self.sign_detached_file(session, path, key)
+    }
+
+    /// Signs the `.wasm` a component tool's item names (`config.component`
+    /// beside it), once it loads as a command.
+    fn sign_tool_component(
+        &self,
+        session: &Session,
+        item: &Path,
+        document: &serde_json::Map<String, serde_json::Value>,
+        key: &Keypair,
+    ) -> Result<(), HostError> {
+        let Some(name) = document
+            .get("config")
+            .and_then(|c| c.get("component"))
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(());
+        };
+        let dir = item.parent().unwrap_or(Path::new("."));
+        let path = dir.join(name);
+        let inside = !name.starts_with('/') && !name.split('/').any(|p| p == "..");
+        if !inside || !path.is_file() {
+            return Err(HostError::NoComponent { path });
+        }
+        self.components
+            .load_command(&path, |_| Ok::<(), std::convert::Infallible>(()))?
+            .unwrap_or_else(|never| match never {});
+        self.sign_detached_file(session, &path, key).map(drop)
+    }
+
+    /// Writes the detached signature of the component at `path`, unless
+    /// one by `key` of its bytes is there already.
+    fn sign_detached_file(
+        &self,
+        session: &Session,
+        path: &Path,
+        key: &Keypair,
+    ) -> Result<SignedFile, HostError> {
         let bytes = std::fs::read(path).map_err(|e| HostError::io(path, e))?;
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         let signature_path = rye_integrity::detached_path(path);

@@ -109,6 +109,16 @@ pub enum Step {
     },
     /// The graph walker that walked a graph tool.
     Walker { path: PathBuf },
+    /// A component tool and what it was granted: its folders, the names
+    /// of its variables (never their values), its limits.
+    Component {
+        path: PathBuf,
+        files: Vec<serde_json::Value>,
+        env_keys: Vec<String>,
+        deadline_ms: u64,
+        memory_bytes: u64,
+        output_bytes: u64,
+    },
     /// One decision of the walker and what the host did about it: the
     /// node the run is at after it, the steps taken, what came next
     /// (`dispatch`, `proceed` or `finished`), the walker's time and the

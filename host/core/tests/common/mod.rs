@@ -90,16 +90,20 @@ pub fn sign_file(path: &Path) {
     };
     let folder = after.split('/').next().unwrap_or_default();
     let now = std::time::SystemTime::now();
+    // A component tool's `.wasm` sits among the tools.
+    if ["parsers", "adapters", "validators", "tools"].contains(&folder)
+        && path.extension().is_some_and(|e| e == "wasm")
+    {
+        use sha2::Digest;
+        let hash: [u8; 32] = sha2::Sha256::digest(std::fs::read(path).unwrap()).into();
+        std::fs::write(
+            rye_integrity::detached_path(path),
+            rye_integrity::sign_detached(&hash, test_key(), now),
+        )
+        .unwrap();
+        return;
+    }
     if ["parsers", "adapters", "validators"].contains(&folder) {
-        if path.extension().is_some_and(|e| e == "wasm") {
-            use sha2::Digest;
-            let hash: [u8; 32] = sha2::Sha256::digest(std::fs::read(path).unwrap()).into();
-            std::fs::write(
-                rye_integrity::detached_path(path),
-                rye_integrity::sign_detached(&hash, test_key(), now),
-            )
-            .unwrap();
-        }
         return;
     }
     let Ok(kind) = folder.parse::<ItemKind>() else {

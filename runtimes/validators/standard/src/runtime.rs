@@ -75,6 +75,17 @@ const GRAPH_CONFIG_KEYS: &[(&str, Kind)] = &[
     ("max_concurrency", Kind::Integer),
 ];
 
+/// The config of a runtime whose executor is the component primitive:
+/// the limits a tool gets when it asks for none, and the most it may ask.
+const COMPONENT_CONFIG_KEYS: &[(&str, Kind)] = &[
+    ("deadline_ms", Kind::Integer),
+    ("memory_bytes", Kind::Integer),
+    ("output_bytes", Kind::Integer),
+    ("max_deadline_ms", Kind::Integer),
+    ("max_memory_bytes", Kind::Integer),
+    ("max_output_bytes", Kind::Integer),
+];
+
 const INTERPRETER_KEYS: &[(&str, Kind)] = &[
     ("type", Kind::String),
     ("binary", Kind::String),
@@ -182,6 +193,7 @@ pub(crate) fn check(document: &Map<String, Value>, report: &mut Report) {
             Some("rye/core/primitives/http_client") => HTTP_CONFIG_KEYS,
             Some("rye/core/primitives/mcp_client") => MCP_CONFIG_KEYS,
             Some("rye/core/primitives/state_graph") => GRAPH_CONFIG_KEYS,
+            Some("rye/core/primitives/wasm_component") => COMPONENT_CONFIG_KEYS,
             _ => CONFIG_KEYS,
         };
         keys(config, known, "config.", report);

@@ -1,0 +1,487 @@
+//! Component tools: a chain that ends in the component primitive runs
+//! the tool's own `.wasm` (a `wasi:cli` command beside the item, signed
+//! like every component) in the engine, with exactly the capabilities
+//! its signed item declares, within the bounds its runtime sets:
+//!
+//! ```yaml
+//! tool_type: wasm_component
+//! executor_id: rye/core/runtimes/wasm/component
+//! config:
+//!   component: search.wasm
+//!   capabilities:
+//!     files:
+//!       - {path: "{project_path}", access: read}
+//!       - {path: "{project_path}/.ai/state/search", access: write}
+//!     env: [LANG]
+//!     limits: {deadline_ms: 2000, memory_bytes: 67108864, output_bytes: 1048576}
+//! ```
+//!
+//! Parameters go in as JSON on stdin and JSON on stdout is the data, as
+//! for a process tool. Nothing is ambient: no file, variable or socket
+//! the item does not name reaches the tool.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rye_components::{CommandGrants, CommandStop, DirGrant, Limits};
+use serde_json::{Map, Value, json};
+
+use super::{Ran, Stage, ToolRun, blocking};
+use crate::ErrorReply;
+use crate::chain::Chain;
+use crate::trace::Step;
+
+/// What a runtime allows when its config says nothing.
+const DEFAULT_DEADLINE_MS: u64 = 10_000;
+const DEFAULT_MEMORY: u64 = 128 << 20;
+const DEFAULT_OUTPUT: u64 = 4 << 20;
+/// The ceilings a runtime's own bounds may not pass: the memory the
+/// engine reserves per instance, an hour of CPU, 64 MiB of output.
+const CEILING_DEADLINE_MS: u64 = 3_600_000;
+const CEILING_MEMORY: u64 = 256 << 20;
+const CEILING_OUTPUT: u64 = 64 << 20;
+
+/// A limit: its name in the item, its default and its bound.
+struct Bound {
+    key: &'static str,
+    default: u64,
+    max: u64,
+}
+
+/// The capabilities a component tool is given, as resolved for one run.
+#[derive(Debug, Clone)]
+pub(crate) struct Granted {
+    pub(crate) grants: CommandGrants,
+    /// Variable names asked for (their values are not shown).
+    pub(crate) env_names: Vec<String>,
+}
+
+/// Reads an unsigned number at `key` of `map`, or `default`.
+fn number(map: Option<&Map<String, Value>>, key: &str, default: u64) -> Result<u64, String> {
+    match map.and_then(|m| m.get(key)) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .ok_or_else(|| format!("{key} is {value}, not a whole number of at least 0")),
+    }
+}
+
+/// The limits the tool asks for (or the runtime's defaults), each within
+/// the runtime's bound.
+fn limits(
+    tool: Option<&Map<String, Value>>,
+    runtime: Option<&Map<String, Value>>,
+) -> Result<(Limits, usize), String> {
+    let bounds = [
+        ("deadline_ms", DEFAULT_DEADLINE_MS, CEILING_DEADLINE_MS),
+        ("memory_bytes", DEFAULT_MEMORY, CEILING_MEMORY),
+        ("output_bytes", DEFAULT_OUTPUT, CEILING_OUTPUT),
+    ]
+    .map(|(key, default, ceiling)| -> Result<Bound, String> {
+        let max = number(runtime, &format!("max_{key}"), ceiling)?.min(ceiling);
+        let default = number(runtime, key, default)?.min(max);
+        Ok(Bound { key, default, max })
+    });
+    let mut values = [0u64; 3];
+    for (slot, bound) in values.iter_mut().zip(bounds) {
+        let bound = bound.map_err(|e| format!("its runtime's config: {e}"))?;
+        let asked = number(tool, bound.key, bound.default)?;
+        if asked > bound.max {
+            return Err(format!(
+                "limits.{} is {asked}, past the {} its runtime allows",
+                bound.key, bound.max
+            ));
+        }
+        if asked == 0 {
+            return Err(format!("limits.{} is 0", bound.key));
+        }
+        *slot = asked;
+    }
+    Ok((
+        Limits {
+            deadline: std::time::Duration::from_millis(values[0]),
+            memory: values[1] as usize,
+        },
+        values[2] as usize,
+    ))
+}
+
+/// `path` with `{project_path}` or `{tool_dir}` put in, which must be
+/// one of them or a folder under it (links followed): nothing else may
+/// be granted.
+fn granted_dir(path: &str, project: Option<&Path>, tool_dir: &Path) -> Result<PathBuf, String> {
+    let (root, rest, name) = if let Some(rest) = path.strip_prefix("{project_path}") {
+        let project = project.ok_or_else(|| {
+            format!("files: {path:?} names the project, but the run has no project")
+        })?;
+        (project, rest, "{project_path}")
+    } else if let Some(rest) = path.strip_prefix("{tool_dir}") {
+        (tool_dir, rest, "{tool_dir}")
+    } else {
+        return Err(format!(
+            "files: {path:?} is neither {{project_path}}, {{tool_dir}} nor a folder under one"
+        ));
+    };
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return Err(format!("files: {path:?} does not continue {name} with /"));
+    }
+    let rest = rest.trim_start_matches('/');
+    if rest
+        .split('/')
+        .any(|part| part == ".." || part == "." || part.contains('{'))
+    {
+        return Err(format!(
+            "files: {path:?} may not use `.`, `..` or other placeholders"
+        ));
+    }
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("files: {name} ({}): {e}", root.display()))?;
+    let joined = if rest.is_empty() {
+        root.clone()
+    } else {
+        root.join(rest)
+    };
+    let resolved = joined
+        .canonicalize()
+        .map_err(|e| format!("files: {path:?} ({}): {e}", joined.display()))?;
+    if !resolved.starts_with(&root) {
+        return Err(format!(
+            "files: {path:?} leads out of {name} (to {})",
+            resolved.display()
+        ));
+    }
+    if !resolved.is_dir() {
+        return Err(format!("files: {path:?} is not a folder"));
+    }
+    Ok(resolved)
+}
+
+/// What the tool's `config.capabilities` grants, checked against its
+/// runtime's bounds.
+pub(crate) fn capabilities(
+    config: Option<&Map<String, Value>>,
+    runtime: Option<&Map<String, Value>>,
+    project: Option<&Path>,
+    tool_dir: &Path,
+) -> Result<Granted, String> {
+    let capabilities = match config.and_then(|c| c.get("capabilities")) {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(other) => return Err(format!("capabilities is {other}, not a mapping")),
+    };
+    if let Some(unknown) = capabilities
+        .into_iter()
+        .flat_map(|c| c.keys())
+        .find(|k| !["files", "env", "network", "limits"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "capabilities.{unknown} is not a capability (files, env, network, limits)"
+        ));
+    }
+    let field = |key: &str| capabilities.and_then(|c| c.get(key));
+    let mut dirs = Vec::new();
+    match field("files") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(files)) => {
+            for file in files {
+                let path = file
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| format!("files: {file} has no path"))?;
+                let writable = match file.get("access").and_then(Value::as_str) {
+                    None | Some("read") => false,
+                    Some("write") => true,
+                    Some(other) => {
+                        return Err(format!(
+                            "files: {path:?} has access {other:?}, not read or write"
+                        ));
+                    }
+                };
+                let host = granted_dir(path, project, tool_dir)?;
+                let guest = host
+                    .to_str()
+                    .ok_or_else(|| format!("files: {} is not UTF-8", host.display()))?
+                    .to_owned();
+                dirs.push(DirGrant {
+                    host,
+                    guest,
+                    writable,
+                });
+            }
+        }
+        Some(other) => return Err(format!("files is {other}, not a list")),
+    }
+    let mut env = Vec::new();
+    let mut env_names = Vec::new();
+    match field("env") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(names)) => {
+            for name in names {
+                let name = name
+                    .as_str()
+                    .filter(|n| {
+                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    })
+                    .ok_or_else(|| format!("env: {name} is not a variable name"))?;
+                env_names.push(name.to_owned());
+                if let Ok(value) = std::env::var(name) {
+                    env.push((name.to_owned(), value));
+                }
+            }
+        }
+        Some(other) => return Err(format!("env is {other}, not a list of names")),
+    }
+    match field("network") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(network)) if network.is_empty() => {}
+        Some(_) => {
+            return Err(
+                "network: outgoing HTTP from component tools is not available in this host \
+                 yet; declare no network"
+                    .into(),
+            );
+        }
+    }
+    let tool_limits = match field("limits") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(other) => return Err(format!("limits is {other}, not a mapping")),
+    };
+    let (limits, output_cap) = limits(tool_limits, runtime)?;
+    Ok(Granted {
+        grants: CommandGrants {
+            dirs,
+            env,
+            limits,
+            output_cap,
+        },
+        env_names,
+    })
+}
+
+/// The `.wasm` the tool's `config.component` names: a file beside the
+/// item or under its folder, never out of it.
+fn component_path(config: Option<&Map<String, Value>>, tool_dir: &Path) -> Result<PathBuf, String> {
+    let name = config
+        .and_then(|c| c.get("component"))
+        .and_then(Value::as_str)
+        .ok_or("config.component names no .wasm")?;
+    if name.is_empty()
+        || name.starts_with('/')
+        || !name.ends_with(".wasm")
+        || name
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return Err(format!(
+            "config.component {name:?} is not a .wasm beside the item (a plain relative path)"
+        ));
+    }
+    let path = tool_dir.join(name);
+    let dir = tool_dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", tool_dir.display()))?;
+    let resolved = path
+        .canonicalize()
+        .map_err(|e| format!("config.component {name:?} ({}): {e}", path.display()))?;
+    if !resolved.starts_with(&dir) {
+        return Err(format!(
+            "config.component {name:?} leads out of the tool's folder (to {})",
+            resolved.display()
+        ));
+    }
+    Ok(path)
+}
+
+impl ToolRun<'_> {
+    /// Runs the component tool at the head of `chain`.
+    pub(super) async fn run_component(&mut self, chain: &Chain) -> Stage<Ran> {
+        let tool = chain.tool();
+        let tool_id = tool.item_id.clone();
+        let refuse = |run: &mut Self, why: String| {
+            run.fail(ErrorReply::new(format!("tool {tool_id:?}: {why}")))
+        };
+        let config = tool.metadata.get("config").and_then(Value::as_object);
+        // The runtime is the element whose executor is the primitive.
+        let runtime = chain
+            .elements
+            .iter()
+            .rev()
+            .nth(1)
+            .and_then(|e| e.metadata.get("config"))
+            .and_then(Value::as_object);
+        let tool_dir = tool.path.parent().unwrap_or(Path::new(".")).to_owned();
+        let project = self
+            .session
+            .spaces
+            .root(rye_space::Space::Project)
+            .map(|r| r.base.clone());
+        let path = match component_path(config, &tool_dir) {
+            Ok(path) => path,
+            Err(why) => return Err(refuse(self, why)),
+        };
+        let granted = match capabilities(config, runtime, project.as_deref(), &tool_dir) {
+            Ok(granted) => granted,
+            Err(why) => return Err(refuse(self, format!("capabilities: {why}"))),
+        };
+        let trust = self.session.trust(self.rye);
+        let mut signed = None;
+        let loaded = self
+            .rye
+            .components
+            .load_command(&path, |hash| {
+                self.rye
+                    .verify_component(&trust, tool.space, &path, *hash)
+                    .map(|s| signed = Some(s))
+            })
+            .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?
+            .map_err(|e| self.host_failure(&e))?;
+        let signed = signed.expect("checked before loading");
+        self.warnings
+            .extend(signed.warning(&format!("component {}", path.display())));
+        self.step(Step::VerifyIntegrity {
+            item: format!("{tool_id} component"),
+            path: path.clone(),
+            signed,
+        });
+        let Granted { grants, env_names } = granted;
+        self.step(Step::Component {
+            path: path.clone(),
+            files: grants
+                .dirs
+                .iter()
+                .map(|d| json!({"path": d.guest, "access": if d.writable { "write" } else { "read" }}))
+                .collect(),
+            env_keys: env_names,
+            deadline_ms: grants.limits.deadline.as_millis() as u64,
+            memory_bytes: grants.limits.memory as u64,
+            output_bytes: grants.output_cap as u64,
+        });
+        let stdin = serde_json::to_vec(&self.request.parameters).unwrap_or_default();
+        let started = Instant::now();
+        let host = &self.rye.components;
+        let ran = blocking(|| host.run_command(&loaded, &grants, stdin))
+            .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?;
+        let duration = started.elapsed();
+        Ok(match ran {
+            Ok(output) => {
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                let parsed = serde_json::from_str::<Value>(stdout.trim()).ok();
+                let error = (output.exit_code != 0).then(|| {
+                    let detail = output.stderr.trim();
+                    if detail.is_empty() {
+                        format!("tool {tool_id:?} failed (exit code {})", output.exit_code)
+                    } else {
+                        detail.to_owned()
+                    }
+                });
+                Ran {
+                    data: parsed.unwrap_or_else(|| {
+                        json!({"stdout": stdout, "stderr": output.stderr,
+                               "return_code": output.exit_code})
+                    }),
+                    error,
+                    duration,
+                    return_code: Some(output.exit_code),
+                    status_code: None,
+                    truncated: None,
+                }
+            }
+            Err(stop) => {
+                let capability = match &stop {
+                    CommandStop::Deadline(_) => "limits.deadline_ms",
+                    CommandStop::Memory(_) => "limits.memory_bytes",
+                    CommandStop::Output(_) => "limits.output_bytes",
+                    CommandStop::Trap { .. } => "its own code",
+                };
+                Ran {
+                    data: Value::Null,
+                    error: Some(format!("tool {tool_id:?} {stop} ({capability})")),
+                    duration,
+                    return_code: None,
+                    status_code: None,
+                    truncated: None,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(value: Value) -> Map<String, Value> {
+        value.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn limits_default_from_the_runtime_and_stay_within_its_bounds() {
+        let runtime = map(json!({"deadline_ms": 500, "max_memory_bytes": 1_048_576}));
+        let (limits, output) = super::limits(None, Some(&runtime)).unwrap();
+        assert_eq!(limits.deadline.as_millis(), 500);
+        assert_eq!(limits.memory, 1_048_576, "the default is cut to the bound");
+        assert_eq!(output, DEFAULT_OUTPUT as usize);
+        let asked = map(json!({"memory_bytes": 2_000_000}));
+        let error = super::limits(Some(&asked), Some(&runtime)).unwrap_err();
+        assert!(error.contains("limits.memory_bytes is 2000000"), "{error}");
+        let wild = map(json!({"max_output_bytes": u64::MAX}));
+        let asked = map(json!({"output_bytes": CEILING_OUTPUT + 1}));
+        assert!(super::limits(Some(&asked), Some(&wild)).is_err());
+        let zero = map(json!({"deadline_ms": 0}));
+        assert!(super::limits(Some(&zero), None).is_err());
+        let text = map(json!({"deadline_ms": "1s"}));
+        assert!(super::limits(Some(&text), None).is_err());
+    }
+
+    #[test]
+    fn only_the_project_the_tool_folder_and_folders_under_them_are_granted() {
+        let project = tempfile::tempdir().unwrap();
+        let tool = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(project.path().join(".ai/state")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), project.path().join("away")).unwrap();
+        let dir = |p: &str| granted_dir(p, Some(project.path()), tool.path());
+        assert_eq!(
+            dir("{project_path}").unwrap(),
+            project.path().canonicalize().unwrap()
+        );
+        assert!(dir("{project_path}/.ai/state").is_ok());
+        assert!(dir("{tool_dir}").is_ok());
+        for bad in [
+            "/etc",
+            "{project_path}/..",
+            "{project_path}/away",
+            "{project_path}x",
+            "{project_path}/missing",
+            "{project_path}/{tool_dir}",
+            "~",
+        ] {
+            assert!(dir(bad).is_err(), "{bad}");
+        }
+        assert!(granted_dir("{project_path}", None, tool.path()).is_err());
+    }
+
+    #[test]
+    fn the_component_is_beside_the_item() {
+        let tool = tempfile::tempdir().unwrap();
+        std::fs::write(tool.path().join("t.wasm"), b"").unwrap();
+        let config = |name: &str| map(json!({"component": name}));
+        assert!(component_path(Some(&config("t.wasm")), tool.path()).is_ok());
+        for bad in [
+            "../t.wasm",
+            "/t.wasm",
+            "t.txt",
+            "",
+            "./t.wasm",
+            "missing.wasm",
+        ] {
+            assert!(
+                component_path(Some(&config(bad)), tool.path()).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(component_path(None, tool.path()).is_err());
+    }
+}
