@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Component;
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx};
 
 use crate::error::{ComponentError, ComponentErrorKind};
-use crate::host::{ComponentHost, Origin};
+use crate::host::{ComponentHost, LoadedCommand, Origin};
 use crate::limits::Limits;
 use crate::sandbox::CallState;
 
@@ -39,25 +39,6 @@ pub struct CommandGrants {
     pub limits: Limits,
     /// Bytes of stdout kept; a tool that writes more is stopped.
     pub output_cap: usize,
-}
-
-/// A command component compiled and ready to instantiate.
-pub struct LoadedCommand {
-    pub path: PathBuf,
-    /// SHA-256 of the component's bytes.
-    pub hash: [u8; 32],
-    pub origin: Origin,
-    pre: CommandPre<CallState>,
-}
-
-impl std::fmt::Debug for LoadedCommand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedCommand")
-            .field("path", &self.path)
-            .field("hash", &hex::encode(self.hash))
-            .field("origin", &self.origin)
-            .finish()
-    }
 }
 
 /// How a run of a command tool ended, when it was not stopped.
@@ -93,16 +74,6 @@ impl std::fmt::Display for CommandStop {
             }
         }
     }
-}
-
-/// The linker of command tools: WASI, whose grants each run's context
-/// makes; nothing of `rye:plugin`.
-pub(crate) fn command_linker(
-    engine: &wasmtime::Engine,
-) -> Result<Linker<CallState>, wasmtime::Error> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-    Ok(linker)
 }
 
 impl CallState {

@@ -138,6 +138,35 @@ impl std::fmt::Debug for LoadedComponent {
     }
 }
 
+/// A command component compiled and ready to instantiate.
+pub struct LoadedCommand {
+    pub path: PathBuf,
+    /// SHA-256 of the component's bytes.
+    pub hash: [u8; 32],
+    pub origin: Origin,
+    pub(crate) pre: wasmtime_wasi::p2::bindings::sync::CommandPre<CallState>,
+}
+
+impl std::fmt::Debug for LoadedCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedCommand")
+            .field("path", &self.path)
+            .field("hash", &hex::encode(self.hash))
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// The linker of command tools: WASI, whose grants each run's context
+/// makes; nothing of `rye:plugin`.
+pub(crate) fn command_linker(
+    engine: &wasmtime::Engine,
+) -> Result<Linker<CallState>, wasmtime::Error> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    Ok(linker)
+}
+
 type LoadResult = Result<Arc<LoadedComponent>, ComponentErrorKind>;
 
 /// The component host. Cheap to share: wrap it in an `Arc`; every method
@@ -156,7 +185,7 @@ pub struct ComponentHost {
     slots: Vec<Arc<crate::slots::Slots>>,
     /// The linker of command tools, and the tools loaded, by hash.
     commands: Linker<CallState>,
-    loaded_commands: Mutex<HashMap<[u8; 32], Arc<crate::command::LoadedCommand>>>,
+    loaded_commands: Mutex<HashMap<[u8; 32], Arc<LoadedCommand>>>,
 }
 
 impl ComponentHost {
@@ -182,7 +211,7 @@ impl ComponentHost {
                 _ => crate::slots::Slots::new(per_world),
             })
             .collect();
-        let commands = crate::command::command_linker(&engine)?;
+        let commands = command_linker(&engine)?;
         Ok(Self {
             slots,
             commands,
@@ -306,10 +335,7 @@ impl ComponentHost {
         &self.commands
     }
 
-    pub(crate) fn known_command(
-        &self,
-        hash: &[u8; 32],
-    ) -> Option<Arc<crate::command::LoadedCommand>> {
+    pub(crate) fn known_command(&self, hash: &[u8; 32]) -> Option<Arc<LoadedCommand>> {
         self.loaded_commands
             .lock()
             .expect("command cache lock")
@@ -317,7 +343,7 @@ impl ComponentHost {
             .cloned()
     }
 
-    pub(crate) fn keep_command(&self, hash: [u8; 32], loaded: Arc<crate::command::LoadedCommand>) {
+    pub(crate) fn keep_command(&self, hash: [u8; 32], loaded: Arc<LoadedCommand>) {
         self.loaded_commands
             .lock()
             .expect("command cache lock")

@@ -45,9 +45,11 @@ pub use adapter::{
     PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
     PlannedRequest,
 };
-pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant, LoadedCommand};
+pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant};
 pub use error::{ComponentError, ComponentErrorKind};
-pub use host::{ComponentHost, HostConfig, Inspection, LoadedComponent, Origin, Precompiled};
+pub use host::{
+    ComponentHost, HostConfig, Inspection, LoadedCommand, LoadedComponent, Origin, Precompiled,
+};
 pub use limits::Limits;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,

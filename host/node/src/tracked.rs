@@ -194,3 +194,23 @@ impl<S: Storage> Storage for Tracked<S> {
         self.inner.delete(key).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_held_later_than_half_their_stage_lease_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("node.db")).await.unwrap();
+        let bytes = crate::bytes::ObjectBytes::local(&dir.path().join("objects")).unwrap();
+        let tracked = Tracked::staged(bytes, db, 2);
+        let key = format!("blobs/{}", "ab".repeat(32));
+        tracked.put(&key, b"x").await.unwrap();
+        assert_eq!(tracked.to_hold().unwrap().len(), 1, "held at once");
+        tracked.put(&key, b"x").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+        let late = tracked.to_hold().unwrap_err().to_string();
+        assert!(late.contains("write them again"), "{late}");
+    }
+}

@@ -653,21 +653,3 @@ async fn run_objects(place: &Place) {
     let ended = db.thread("alice", "r1").await.unwrap().unwrap();
     assert_eq!(ended.record, serde_json::json!({"done": true}));
 }
-
-#[tokio::test]
-async fn writes_held_later_than_half_their_stage_lease_are_refused() {
-    use crate::tracked::Tracked;
-    use rye_cas::Storage as _;
-    let place = Place::Sqlite(tempfile::tempdir().unwrap());
-    let db = place.open().await;
-    let dir = tempfile::tempdir().unwrap();
-    let bytes = crate::bytes::ObjectBytes::local(dir.path()).unwrap();
-    let tracked = Tracked::staged(bytes, db.clone(), 2);
-    let key = format!("blobs/{}", "ab".repeat(32));
-    tracked.put(&key, b"x").await.unwrap();
-    assert_eq!(tracked.to_hold().unwrap().len(), 1, "held at once");
-    tracked.put(&key, b"x").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
-    let late = tracked.to_hold().unwrap_err().to_string();
-    assert!(late.contains("write them again"), "{late}");
-}

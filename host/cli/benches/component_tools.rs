@@ -1,0 +1,192 @@
+//! `cargo bench -p rye --bench component_tools`: a trivial tool's warm
+//! `execute` through `rye serve` (one persistent stdio session of the
+//! Rust SDK's client) as a WebAssembly component, as a bash process tool
+//! and as a Python process tool, against a raw `bash -c` spawn from this
+//! process; rounds alternate so the machine's drift falls on all alike.
+//! Also the component tool's first run in a new server, with the
+//! compiled-component cache empty and warm.
+//!
+//! Each tool answers its parameters back: the component is tool-probe
+//! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
+//! `rye/bash/bash` running `cat`, the Python tool a script that loads
+//! stdin and prints it.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt, service::RunningService};
+use serde_json::{Value, json};
+
+const ROUNDS: usize = 5;
+const PER_ROUND: usize = 60;
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn call(arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    CallToolRequestParams::new("execute").with_arguments(arguments)
+}
+
+fn rye(home: &Path, project: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rye"))
+        .args(args)
+        .current_dir(project)
+        .env("HOME", home)
+        .env("RYE_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rye {args:?}: {out:?}");
+}
+
+async fn start(home: &Path, cache: &Path) -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+    command
+        .arg("serve")
+        .env("HOME", home)
+        .env("RYE_CACHE_DIR", cache)
+        .env("RYE_CACHE_KEY", cache.with_extension("key"))
+        .env("RYE_LOG", "error");
+    ().serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn execute(client: &RunningService<RoleClient, ()>, arguments: &Value) -> (Duration, Value) {
+    let started = Instant::now();
+    let result = client.call_tool(call(arguments.clone())).await.unwrap();
+    let took = started.elapsed();
+    let content = result.structured_content.unwrap();
+    assert_eq!(content["status"], "success", "{content:#}");
+    (took, content["data"].clone())
+}
+
+fn spawn() -> Duration {
+    let input = br#"{"do": "echo", "value": 1}"#;
+    let started = Instant::now();
+    let mut child = Command::new("bash")
+        .args(["-c", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.stdout, input);
+    started.elapsed()
+}
+
+fn main() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path();
+    let tools = p.join(".ai/tools/demo");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::copy(rye_test_artifacts::TOOL_PROBE, tools.join("probe.wasm")).unwrap();
+    std::fs::write(
+        tools.join("probe.yaml"),
+        "version: \"1.0.0\"\ntool_type: wasm_component\n\
+         executor_id: rye/core/runtimes/wasm/component\ncategory: demo\n\
+         description: Echoes its parameters\nconfig:\n  component: probe.wasm\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tools.join("echo.py"),
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n\
+         import json, sys\nif __name__ == '__main__':\n    print(json.dumps(json.load(sys.stdin)))\n",
+    )
+    .unwrap();
+    rye(home.path(), p, &["keys", "generate"]);
+    rye(home.path(), p, &["keys", "trust"]);
+    rye(home.path(), p, &["sign", "tool", "demo/probe"]);
+    rye(home.path(), p, &["sign", "tool", "demo/echo"]);
+    let project_path = p.display().to_string();
+    let component = json!({"item_type": "tool", "item_id": "demo/probe", "project_path": project_path,
+                           "parameters": {"do": "echo", "value": 1}});
+    let bash = json!({"item_type": "tool", "item_id": "rye/bash/bash", "project_path": project_path,
+                      "parameters": {"command": "cat"}});
+    let python = json!({"item_type": "tool", "item_id": "demo/echo", "project_path": project_path,
+                        "parameters": {"do": "echo", "value": 1}});
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // The first run in a new server: the compiled-component cache
+        // empty (compiled now), then warm (read back).
+        let cache = tempfile::tempdir().unwrap();
+        let cache_path = cache.path().join("cache");
+        for state in ["empty", "warm"] {
+            let client = start(home.path(), &cache_path).await;
+            let (took, data) = execute(&client, &component).await;
+            assert_eq!(data, json!({"echo": 1}));
+            println!(
+                "component tool, first execute in a new server, cache {state}: {:.1} ms",
+                ms(took)
+            );
+            client.cancel().await.unwrap();
+        }
+
+        let client = start(home.path(), &cache_path).await;
+        for arguments in [&component, &bash, &python] {
+            for _ in 0..10 {
+                execute(&client, arguments).await;
+            }
+            // Where the host's time goes, as the result reports it.
+            let result = client.call_tool(call(arguments.clone())).await.unwrap();
+            let meta = &result.structured_content.unwrap()["metadata"];
+            println!(
+                "{}: host {} ms in all; chain {} us, validate {} us, plan {} us, run {} us",
+                arguments["item_id"],
+                meta["duration_ms"],
+                meta["chain_us"],
+                meta["validate_us"],
+                meta["plan_us"],
+                meta["process_us"]
+            );
+        }
+        for round in 1..=ROUNDS {
+            let mut line = format!("round {round}:");
+            let mut spawn_ms = 0.0;
+            let mut component_ms = 0.0;
+            for (name, arguments) in [
+                ("component", &component),
+                ("bash", &bash),
+                ("python", &python),
+            ] {
+                let mut times = Vec::new();
+                for _ in 0..PER_ROUND {
+                    let (took, data) = execute(&client, arguments).await;
+                    assert!(data.is_object(), "{data}");
+                    times.push(took);
+                }
+                let m = ms(median(times));
+                if name == "component" {
+                    component_ms = m;
+                }
+                line += &format!(" {name} {m:.3} ms,");
+            }
+            let spawns: Vec<Duration> = (0..PER_ROUND).map(|_| spawn()).collect();
+            spawn_ms += ms(median(spawns));
+            println!(
+                "{line} raw bash -c spawn {spawn_ms:.3} ms; spawn / component {:.1}x",
+                spawn_ms / component_ms
+            );
+        }
+        client.cancel().await.unwrap();
+    });
+}
