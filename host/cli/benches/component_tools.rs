@@ -58,7 +58,10 @@ async fn start(home: &Path, cache: &Path) -> RunningService<RoleClient, ()> {
         .env("HOME", home)
         .env("RYE_CACHE_DIR", cache)
         .env("RYE_CACHE_KEY", cache.with_extension("key"))
-        .env("RYE_LOG", "error");
+        .env(
+            "RYE_LOG",
+            std::env::var("RYE_LOG").unwrap_or_else(|_| "error".into()),
+        );
     ().serve(TokioChildProcess::new(command).unwrap())
         .await
         .unwrap()

@@ -169,11 +169,17 @@ impl ComponentHost {
             path: command.path.clone(),
             kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
         })?;
+        let started = std::time::Instant::now();
         let mut store = self.deadline_store(state, grants.limits.deadline);
-        let ran = command
-            .pre
-            .instantiate(&mut store)
-            .and_then(|cli| cli.wasi_cli_run().call_run(&mut store));
+        let instance = command.pre.instantiate(&mut store);
+        let instantiated = started.elapsed();
+        let ran = instance.and_then(|cli| cli.wasi_cli_run().call_run(&mut store));
+        tracing::debug!(
+            path = %command.path.display(),
+            instantiate_us = instantiated.as_micros() as u64,
+            run_us = (started.elapsed() - instantiated).as_micros() as u64,
+            "command tool ran"
+        );
         let data = store.data();
         let stdout = data.stdout.as_ref().map(|p| p.contents().to_vec());
         let stdout = stdout.unwrap_or_default();
