@@ -698,8 +698,12 @@ impl Db {
         }
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
+            // Written first, so the transaction holds the write lock (the
+            // row's, on PostgreSQL) before it reads: SQLite refuses a read
+            // that turns into a write once another writer went first.
             let record: Option<String> = sqlx::query_scalar(
-                "SELECT record FROM threads WHERE thread_id = $1 AND finished_at IS NULL",
+                "UPDATE threads SET record = record WHERE thread_id = $1 AND finished_at IS NULL \
+                 RETURNING record",
             )
             .bind(thread_id)
             .fetch_optional(&mut *tx)
