@@ -159,12 +159,24 @@ pub struct Node {
 struct Slot {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     queue: Arc<tokio::sync::Notify>,
+    /// Whether a run held it: a slot given back unused wakes nobody (the
+    /// claimer that took it would wake itself, and claim again at once).
+    used: bool,
+}
+
+impl Slot {
+    /// Given back without a run having held it.
+    fn unused(mut self) {
+        self.used = false;
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         drop(self.permit.take());
-        self.queue.notify_one();
+        if self.used {
+            self.queue.notify_one();
+        }
     }
 }
 
@@ -494,6 +506,7 @@ impl Node {
         Some(Slot {
             permit: Some(permit),
             queue: Arc::clone(&self.queue),
+            used: true,
         })
     }
 

@@ -108,8 +108,11 @@ pub(super) async fn keep_claiming(node: Weak<Node>) {
                         run_claimed(&node, job).await;
                     });
                 }
-                Ok(None) => {}
-                Err(e) => tracing::error!("claiming a queued run: {e}"),
+                Ok(None) => slot.unused(),
+                Err(e) => {
+                    slot.unused();
+                    tracing::error!("claiming a queued run: {e}");
+                }
             }
         }
         drop(strong);
