@@ -125,7 +125,7 @@ impl ComponentHost {
             path: path.to_owned(),
             kind,
         };
-        let (hash, bytes) = self.read_checked(path).map_err(fail)?;
+        let (hash, bytes) = self.hash_file(path).map_err(fail)?;
         if let Err(refused) = check(&hash) {
             return Ok(Err(refused));
         }

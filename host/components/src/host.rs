@@ -277,16 +277,7 @@ impl ComponentHost {
         }
         let bytes = match bytes {
             Some(bytes) => bytes,
-            None => {
-                let bytes =
-                    std::fs::read(path).map_err(|e| fail(ComponentErrorKind::Io(e.to_string())))?;
-                if <[u8; 32]>::from(Sha256::digest(&bytes)) != hash {
-                    return Err(fail(ComponentErrorKind::Io(
-                        "the file changed while it was being loaded".into(),
-                    )));
-                }
-                bytes
-            }
+            None => self.read_again(path, &hash).map_err(fail)?,
         };
         let result = self.prepare(path, &bytes, hash, world).map(Arc::new);
         self.loaded
@@ -294,14 +285,6 @@ impl ComponentHost {
             .expect("load cache lock")
             .insert((hash, world), result.clone());
         result.map(Ok).map_err(fail)
-    }
-
-    /// The content hash of `path` (its bytes, if they had to be read).
-    pub(crate) fn read_checked(
-        &self,
-        path: &Path,
-    ) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
-        self.hash_file(path)
     }
 
     /// The bytes of `path`, which must still hash to `hash`.
@@ -356,13 +339,17 @@ impl ComponentHost {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        // One extra tick: the current one may be about to end.
         store.set_epoch_deadline(ticks + 1);
         store.epoch_deadline_trap();
         store
     }
 
     /// The content hash of `path`, and its bytes if they had to be read.
-    fn hash_file(&self, path: &Path) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
+    pub(crate) fn hash_file(
+        &self,
+        path: &Path,
+    ) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
         let io = |e: std::io::Error| ComponentErrorKind::Io(e.to_string());
         let stamp = FileStamp::read(path).map_err(io)?;
         if let Some((known, hash)) = self.hashes.lock().expect("hash cache lock").get(path)
@@ -386,8 +373,7 @@ impl ComponentHost {
         hash: [u8; 32],
         world: World,
     ) -> Result<LoadedComponent, ComponentErrorKind> {
-        check_header(bytes)?;
-        let (component, origin) = self.compile(path, bytes, hash)?;
+        let (component, origin) = self.compile_bytes(path, bytes, hash)?;
         self.check_world(&component, world)?;
         check_imports(&component, &self.engine, world)?;
         let instance_pre = self.linkers[world_index(world)]
@@ -497,13 +483,7 @@ impl ComponentHost {
         let limits = self.config.limits(world);
         state.slot = Some(self.slots[world_index(world)].take());
         state.world = Some(world);
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limiter);
-        let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
-        // One extra tick: the current one may be about to end.
-        store.set_epoch_deadline(ticks + 1);
-        store.epoch_deadline_trap();
-        store
+        self.deadline_store(state, limits.deadline)
     }
 
     /// Turns a failed call into the error it really is.

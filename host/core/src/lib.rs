@@ -40,6 +40,7 @@ mod session;
 mod sign;
 mod thread_view;
 pub mod threads;
+mod tool_component;
 mod trace;
 mod trust_state;
 mod validate;

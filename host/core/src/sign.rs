@@ -329,19 +329,23 @@ impl Rye {
         document: &serde_json::Map<String, serde_json::Value>,
         key: &Keypair,
     ) -> Result<(), HostError> {
-        let Some(name) = document
+        let config = document
             .get("config")
+            .and_then(serde_json::Value::as_object);
+        let Some(name) = config
             .and_then(|c| c.get("component"))
             .and_then(serde_json::Value::as_str)
         else {
             return Ok(());
         };
         let dir = item.parent().unwrap_or(Path::new("."));
-        let path = dir.join(name);
-        let inside = !name.starts_with('/') && !name.split('/').any(|p| p == "..");
-        if !inside || !path.is_file() {
-            return Err(HostError::NoComponent { path });
-        }
+        // The same file, by the same rules, that running the tool loads.
+        let path = crate::tool_component::component_path(config, dir)
+            .ok()
+            .filter(|p| p.is_file())
+            .ok_or_else(|| HostError::NoComponent {
+                path: dir.join(name),
+            })?;
         self.components
             .load_command(&path, |_| Ok::<(), std::convert::Infallible>(()))?
             .unwrap_or_else(|never| match never {});

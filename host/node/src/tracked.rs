@@ -97,18 +97,19 @@ impl<S> Tracked<S> {
     /// What was written since the last call, each once, to be held now;
     /// refused if the first of them was staged more than half the lease
     /// ago (the lease may run out before the rows are written, and a
-    /// collection delete their bytes: they are to be written again). A lease of zero stages nothing lasting and checks
-    /// nothing: only for one writer at a time.
+    /// collection delete their bytes: they are to be written again). A
+    /// lease of zero stages nothing lasting and checks nothing: only for
+    /// one writer at a time.
     pub fn to_hold(&self) -> io::Result<Vec<Held>> {
         if let Some(stage) = &self.stage
             && stage.lease > 0
             && let Some(first) = *stage.first.lock().expect("first stage")
-            && first.elapsed().as_secs() as i64 * 2 >= stage.lease
+            && let took = first.elapsed().as_secs() as i64
+            && took * 2 >= stage.lease
         {
             return Err(io::Error::other(format!(
-                "writing took {} s, too close to the {} s written objects are kept from \
+                "writing took {took} s, too close to the {} s written objects are kept from \
                  collection before they are held: write them again",
-                first.elapsed().as_secs(),
                 stage.lease
             )));
         }
