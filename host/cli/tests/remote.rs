@@ -1212,12 +1212,6 @@ fn a_replica_killed_mid_run_has_its_runs_marked_or_retried_by_the_other_which_se
         &["--lease", "2"],
     );
     let root = env.root.path().to_owned();
-    let other = start_replica_with(
-        &root.join("node-home"),
-        &root.join("other"),
-        &env.shared,
-        &["--lease", "2"],
-    );
     env.write(".ai/knowledge/notes/a.md", "# a\n");
     let pushed = env.ok(&["remote", "push"]);
     let gate = root.join("gate");
@@ -1267,6 +1261,14 @@ fn a_replica_killed_mid_run_has_its_runs_marked_or_retried_by_the_other_which_se
     }
     let first_replica = env.remote(&["threads", &retried]);
     assert_eq!(first_replica["status"], "running", "{first_replica:#}");
+    // The other replica starts only now: started earlier, it could claim
+    // one of the runs itself, and that one would outlive the kill.
+    let other = start_replica_with(
+        &root.join("node-home"),
+        &root.join("other"),
+        &env.shared,
+        &["--lease", "2"],
+    );
 
     env.node.child.kill().unwrap();
     env.node.child.wait().unwrap();
