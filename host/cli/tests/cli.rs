@@ -2102,3 +2102,55 @@ fn signing_a_component_tool_signs_its_wasm_and_it_runs_from_the_command_line() {
         + &String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("is not a wasi:cli command"), "{said}");
 }
+
+#[test]
+fn the_file_search_example_finds_lines_with_only_read_access_to_the_project() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let item = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/file-search/.ai/tools/examples/file-search.yaml");
+    let tools = env.project.path().join(".ai/tools/examples");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::copy(&item, tools.join("file-search.yaml")).unwrap();
+    std::fs::copy(artifacts::FILE_SEARCH, tools.join("file-search.wasm")).unwrap();
+    env.write(
+        "notes/plan.md",
+        "# Plan\nship the parser\nthen the walker\n",
+    );
+    env.write("src/lib.rs", "// the parser lives here\n");
+    env.ok(&["sign", "tool", "examples/file-search"]);
+    let found: Value = serde_json::from_str(&env.ok(&[
+        "execute",
+        "tool",
+        "examples/file-search",
+        "--params",
+        r#"{"query": "parser"}"#,
+    ]))
+    .unwrap();
+    assert_eq!(
+        found["data"]["matches"],
+        json!([
+            {"path": "notes/plan.md", "line": 2, "text": "ship the parser"},
+            {"path": "src/lib.rs", "line": 1, "text": "// the parser lives here"},
+        ]),
+        "{found:#}"
+    );
+    // A folder outside the project is no parameter it takes.
+    let refused = env.rye(&[
+        "execute",
+        "tool",
+        "examples/file-search",
+        "--params",
+        r#"{"query": "root", "path": "../.."}"#,
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a folder of the project"),
+        "{refused:#}"
+    );
+}

@@ -39,6 +39,8 @@ pub struct CommandGrants {
     pub limits: Limits,
     /// Bytes of stdout kept; a tool that writes more is stopped.
     pub output_cap: usize,
+    /// The tool's arguments after its name (`args[0]`).
+    pub args: Vec<String>,
 }
 
 /// How a run of a command tool ended, when it was not stopped.
@@ -92,7 +94,8 @@ impl CallState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
-            .args(&["tool"]);
+            .arg("tool")
+            .args(&grants.args);
         for (name, value) in &grants.env {
             builder.env(name, value);
         }

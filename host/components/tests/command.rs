@@ -35,6 +35,7 @@ fn grants() -> CommandGrants {
             memory: 64 << 20,
         },
         output_cap: 1 << 20,
+        args: Vec::new(),
     }
 }
 

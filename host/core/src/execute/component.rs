@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Parameters go in as JSON on stdin and JSON on stdout is the data, as
-//! for a process tool. Nothing is ambient: no file, variable or socket
+//! for a process tool; its arguments are the item's path and the
+//! project's (each folder is at its own path inside the tool). Nothing is ambient: no file, variable or socket
 //! the item does not name reaches the tool.
 
 use std::path::{Path, PathBuf};
@@ -256,6 +257,7 @@ pub(crate) fn capabilities(
             env,
             limits,
             output_cap,
+            args: Vec::new(),
         },
         env_names,
     })
@@ -312,7 +314,20 @@ impl ToolRun<'_> {
             path: path.clone(),
             signed,
         });
-        let Granted { grants, env_names } = granted;
+        let Granted {
+            mut grants,
+            env_names,
+        } = granted;
+        // As for a process tool: the tool's file and the project, so a
+        // tool can find the folders it was granted.
+        grants.args = vec![
+            tool.path.display().to_string(),
+            project
+                .as_deref()
+                .and_then(|p| p.canonicalize().ok())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ];
         self.step(Step::Component {
             path: path.clone(),
             files: grants
