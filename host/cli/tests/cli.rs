@@ -2103,6 +2103,90 @@ fn signing_a_component_tool_signs_its_wasm_and_it_runs_from_the_command_line() {
     assert!(said.contains("is not a wasi:cli command"), "{said}");
 }
 
+/// A server on loopback answering every request with `200` and the
+/// path asked for; its port.
+fn echo_server() -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                request.push(byte[0]);
+            }
+            let request = String::from_utf8_lossy(&request).into_owned();
+            let body = format!("asked for {}", request.split(' ').nth(1).unwrap_or(""));
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn the_http_fetch_example_reaches_its_listed_host_and_is_denied_any_other() {
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let listed = echo_server();
+    let other = echo_server();
+    let item = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/http-fetch/.ai/tools/examples/http-fetch.yaml");
+    let item = std::fs::read_to_string(item).unwrap();
+    assert!(item.contains("hosts: [example.com]"), "{item}");
+    let tools = env.project.path().join(".ai/tools/examples");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::write(
+        tools.join("http-fetch.yaml"),
+        item.replace(
+            "hosts: [example.com]",
+            &format!("hosts: [\"127.0.0.1:{listed}\"]"),
+        ),
+    )
+    .unwrap();
+    std::fs::copy(artifacts::HTTP_FETCH, tools.join("http-fetch.wasm")).unwrap();
+    env.ok(&["sign", "tool", "examples/http-fetch"]);
+    let fetched: Value = serde_json::from_str(&env.ok(&[
+        "execute",
+        "tool",
+        "examples/http-fetch",
+        "--trace",
+        "--params",
+        &json!({"url": format!("http://127.0.0.1:{listed}/status")}).to_string(),
+    ]))
+    .unwrap();
+    assert_eq!(fetched["data"]["status"], 200, "{fetched:#}");
+    assert_eq!(fetched["data"]["text"], "asked for /status", "{fetched:#}");
+    let granted = trace_step(&fetched, "component")
+        .unwrap_or_else(|| panic!("no component step: {fetched:#}"));
+    assert_eq!(granted["hosts"], json!([format!("127.0.0.1:{listed}")]));
+    assert_eq!(granted["files"], json!([]), "no folder is granted");
+
+    let refused = env.rye(&[
+        "execute",
+        "tool",
+        "examples/http-fetch",
+        "--params",
+        &json!({"url": format!("http://127.0.0.1:{other}/")}).to_string(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "tool \"examples/http-fetch\" was denied HTTP to http://127.0.0.1:{other}: \
+             not among the hosts its item grants (capabilities.network.hosts)"
+        )),
+        "{refused:#}"
+    );
+}
+
 #[test]
 fn the_file_search_example_finds_lines_with_only_read_access_to_the_project() {
     let env = Env::new();

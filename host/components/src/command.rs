@@ -2,8 +2,9 @@
 //! stdin, the answer on stdout, exactly as for a process tool, but run
 //! in the engine with nothing but what the call grants: the directories
 //! it preopens (each read-only or read-write), the environment variables
-//! it names, a CPU deadline, a memory cap and an output cap. No network,
-//! no other file, no inherited variable.
+//! it names, the hosts it may send HTTP requests to, a CPU deadline, a
+//! memory cap and an output cap. No socket, no other file, no inherited
+//! variable.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub struct CommandGrants {
     pub output_cap: usize,
     /// The tool's arguments after its name (`args[0]`).
     pub args: Vec<String>,
+    /// The hosts its `wasi:http` requests may reach; none when empty.
+    pub hosts: Vec<crate::HostRule>,
 }
 
 /// How a run of a command tool ended, when it was not stopped.
@@ -51,6 +54,9 @@ pub struct CommandOutput {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
     pub stderr: String,
+    /// The requests it sent that its grants did not allow, each as
+    /// `scheme://host:port`.
+    pub denied: Vec<String>,
 }
 
 /// Why a run of a command tool was stopped: each names the limit.
@@ -59,7 +65,13 @@ pub enum CommandStop {
     Deadline(Duration),
     Memory(usize),
     Output(usize),
-    Trap { message: String, stderr: String },
+    /// Its own code failed; `denied` are the requests it sent that its
+    /// grants did not allow (often why a tool gave up).
+    Trap {
+        message: String,
+        stderr: String,
+        denied: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for CommandStop {
@@ -68,11 +80,19 @@ impl std::fmt::Display for CommandStop {
             Self::Deadline(d) => write!(f, "ran past its CPU deadline of {} ms", d.as_millis()),
             Self::Memory(cap) => write!(f, "used more memory than its cap of {cap} bytes"),
             Self::Output(cap) => write!(f, "wrote more than its output cap of {cap} bytes"),
-            Self::Trap { message, stderr } if stderr.trim().is_empty() => {
-                write!(f, "trapped: {message}")
-            }
-            Self::Trap { message, stderr } => {
-                write!(f, "trapped: {message}; stderr: {}", stderr.trim_end())
+            Self::Trap {
+                message,
+                stderr,
+                denied,
+            } => {
+                write!(f, "trapped: {message}")?;
+                if !stderr.trim().is_empty() {
+                    write!(f, "; stderr: {}", stderr.trim_end())?;
+                }
+                if !denied.is_empty() {
+                    write!(f, "; denied: {}", denied.join(", "))?;
+                }
+                Ok(())
             }
         }
     }
@@ -111,6 +131,10 @@ impl CallState {
         }
         let mut state = Self::with_context(builder.build(), grants.limits.memory, stderr);
         state.stdout = Some(stdout);
+        state.net = crate::net::NetHooks::new(
+            grants.hosts.clone().into(),
+            std::time::Instant::now() + grants.limits.deadline,
+        );
         Ok(state)
     }
 }
@@ -190,6 +214,16 @@ impl ComponentHost {
         if stdout.len() > grants.output_cap {
             return Ok(Err(CommandStop::Output(grants.output_cap)));
         }
+        // A wait on the network cut at the deadline is the deadline, however
+        // the tool took the error.
+        if data
+            .net
+            .past_deadline
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(Err(CommandStop::Deadline(grants.limits.deadline)));
+        }
+        let denied = data.net.denied.clone();
         let exit_code = match ran {
             Ok(Ok(())) => 0,
             Ok(Err(())) => 1,
@@ -199,12 +233,15 @@ impl ComponentHost {
                     return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
                         ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),
                         ComponentErrorKind::MemoryLimit { limit } => CommandStop::Memory(limit),
-                        ComponentErrorKind::Trap { message, stderr } => {
-                            CommandStop::Trap { message, stderr }
-                        }
+                        ComponentErrorKind::Trap { message, stderr } => CommandStop::Trap {
+                            message,
+                            stderr,
+                            denied,
+                        },
                         other => CommandStop::Trap {
                             message: other.to_string(),
                             stderr,
+                            denied,
                         },
                     }));
                 }
@@ -214,6 +251,7 @@ impl ComponentHost {
             exit_code,
             stdout,
             stderr,
+            denied,
         }))
     }
 }

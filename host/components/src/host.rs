@@ -157,13 +157,14 @@ impl std::fmt::Debug for LoadedCommand {
     }
 }
 
-/// The linker of command tools: WASI, whose grants each run's context
-/// makes; nothing of `rye:plugin`.
+/// The linker of command tools: WASI and outgoing `wasi:http`, whose
+/// grants each run's context makes; nothing of `rye:plugin`.
 pub(crate) fn command_linker(
     engine: &wasmtime::Engine,
 ) -> Result<Linker<CallState>, wasmtime::Error> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     Ok(linker)
 }
 

@@ -33,6 +33,7 @@ mod command;
 mod error;
 mod host;
 mod limits;
+mod net;
 mod parse;
 mod sandbox;
 mod services;
@@ -51,6 +52,7 @@ pub use host::{
     ComponentHost, HostConfig, Inspection, LoadedCommand, LoadedComponent, Origin, Precompiled,
 };
 pub use limits::Limits;
+pub use net::HostRule;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
 };

@@ -29,6 +29,10 @@ pub(crate) struct CallState {
     /// The world of the component the call is to, which the gate asks
     /// about every host call.
     pub(crate) world: Option<crate::World>,
+    /// Outgoing HTTP: linked for command tools only, and reaching only
+    /// what their grants list.
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    pub(crate) net: crate::net::NetHooks,
 }
 
 impl CallState {
@@ -80,6 +84,8 @@ impl CallState {
             services: None,
             slot: None,
             world: None,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            net: crate::net::NetHooks::none(),
         }
     }
 
@@ -105,6 +111,16 @@ impl WasiView for CallState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for CallState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.net,
         }
     }
 }

@@ -28,14 +28,12 @@ fn probe(host: &ComponentHost) -> std::sync::Arc<LoadedCommand> {
 
 fn grants() -> CommandGrants {
     CommandGrants {
-        dirs: Vec::new(),
-        env: Vec::new(),
         limits: Limits {
             deadline: Duration::from_secs(5),
             memory: 64 << 20,
         },
         output_cap: 1 << 20,
-        args: Vec::new(),
+        ..CommandGrants::default()
     }
 }
 

@@ -110,11 +110,13 @@ pub enum Step {
     /// The graph walker that walked a graph tool.
     Walker { path: PathBuf },
     /// A component tool and what it was granted: its folders, the names
-    /// of its variables (never their values), its limits.
+    /// of its variables (never their values), the hosts it may reach, its
+    /// limits.
     Component {
         path: PathBuf,
         files: Vec<serde_json::Value>,
         env_keys: Vec<String>,
+        hosts: Vec<String>,
         deadline_ms: u64,
         memory_bytes: u64,
         output_bytes: u64,

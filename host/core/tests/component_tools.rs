@@ -213,16 +213,18 @@ fn grants_past_the_runtime_or_out_of_the_project_are_refused_before_anything_run
     let p = project.path();
     let outside = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), p.join("away")).unwrap();
+    // The standard validator refuses what is wrong in the file; the host
+    // what only a run can know (where links lead, the runtime's bounds).
     for (name, capabilities, expected) in [
         (
             "abs",
             json!({"files": [{"path": "/etc"}]}),
-            "neither {project_path}",
+            "[rye/tool/component] capabilities.files[0].path is \"/etc\"",
         ),
         (
             "up",
             json!({"files": [{"path": "{project_path}/.."}]}),
-            "`..`",
+            "without `.` or `..`",
         ),
         (
             "link",
@@ -236,8 +238,13 @@ fn grants_past_the_runtime_or_out_of_the_project_are_refused_before_anything_run
         ),
         (
             "net",
-            json!({"network": {"hosts": ["example.com"]}}),
-            "network",
+            json!({"network": {"hosts": ["https://example.com/"]}}),
+            "capabilities.network.hosts: \"https://example.com/\" is not a host",
+        ),
+        (
+            "port",
+            json!({"network": {"hosts": ["example.com:http"]}}),
+            "network.hosts: \"example.com:http\" is not a host: its port is not a number",
         ),
         ("odd", json!({"sockets": true}), "not a capability"),
     ] {

@@ -13,18 +13,21 @@
 //!       - {path: "{project_path}", access: read}
 //!       - {path: "{project_path}/.ai/state/search", access: write}
 //!     env: [LANG]
+//!     network: {hosts: [api.example.com, "127.0.0.1:8080", "*.example.org"]}
 //!     limits: {deadline_ms: 2000, memory_bytes: 67108864, output_bytes: 1048576}
 //! ```
 //!
 //! Parameters go in as JSON on stdin and JSON on stdout is the data, as
 //! for a process tool; its arguments are the item's path and the
-//! project's (each folder is at its own path inside the tool). Nothing is ambient: no file, variable or socket
-//! the item does not name reaches the tool.
+//! project's (each folder is at its own path inside the tool). Outgoing
+//! HTTP (`wasi:http`) reaches only the hosts listed, each on its scheme's
+//! port unless it names one. Nothing is ambient: no file, variable, host
+//! or socket the item does not name reaches the tool.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rye_components::{CommandGrants, CommandStop, DirGrant, Limits};
+use rye_components::{CommandGrants, CommandStop, DirGrant, HostRule, Limits};
 use serde_json::{Map, Value, json};
 
 use super::{Ran, Stage, ToolRun, blocking};
@@ -234,17 +237,28 @@ pub(crate) fn capabilities(
         }
         Some(other) => return Err(format!("env is {other}, not a list of names")),
     }
-    match field("network") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(network)) if network.is_empty() => {}
-        Some(_) => {
-            return Err(
-                "network: outgoing HTTP from component tools is not available in this host \
-                 yet; declare no network"
-                    .into(),
-            );
+    let hosts = match field("network") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(network)) => {
+            if let Some(unknown) = network.keys().find(|k| k.as_str() != "hosts") {
+                return Err(format!("network.{unknown} is not known (hosts)"));
+            }
+            match network.get("hosts") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(hosts)) => hosts
+                    .iter()
+                    .map(|host| {
+                        host.as_str()
+                            .ok_or_else(|| format!("{host} is not a host"))
+                            .and_then(str::parse::<HostRule>)
+                            .map_err(|e| format!("network.hosts: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(other) => return Err(format!("network.hosts is {other}, not a list")),
+            }
         }
-    }
+        Some(other) => return Err(format!("network is {other}, not a mapping")),
+    };
     let tool_limits = match field("limits") {
         None | Some(Value::Null) => None,
         Some(Value::Object(map)) => Some(map),
@@ -258,8 +272,20 @@ pub(crate) fn capabilities(
             limits,
             output_cap,
             args: Vec::new(),
+            hosts,
         },
         env_names,
+    })
+}
+
+/// What a tool was denied, naming the capability, if anything.
+fn denied(tool_id: &str, denied: &[String]) -> Option<String> {
+    (!denied.is_empty()).then(|| {
+        format!(
+            "tool {tool_id:?} was denied HTTP to {}: not among the hosts its item grants \
+             (capabilities.network.hosts)",
+            denied.join(", ")
+        )
     })
 }
 
@@ -336,6 +362,7 @@ impl ToolRun<'_> {
                 .map(|d| json!({"path": d.guest, "access": if d.writable { "write" } else { "read" }}))
                 .collect(),
             env_keys: env_names,
+            hosts: grants.hosts.iter().map(ToString::to_string).collect(),
             deadline_ms: grants.limits.deadline.as_millis() as u64,
             memory_bytes: grants.limits.memory as u64,
             output_bytes: grants.output_cap as u64,
@@ -350,14 +377,22 @@ impl ToolRun<'_> {
             Ok(output) => {
                 let stdout = String::from_utf8_lossy(&output.stdout);
                 let parsed = serde_json::from_str::<Value>(stdout.trim()).ok();
+                let denied = denied(&tool_id, &output.denied);
                 let error = (output.exit_code != 0).then(|| {
                     let detail = output.stderr.trim();
-                    if detail.is_empty() {
+                    let failed = if detail.is_empty() {
                         format!("tool {tool_id:?} failed (exit code {})", output.exit_code)
                     } else {
                         detail.to_owned()
+                    };
+                    match &denied {
+                        Some(denied) => format!("{denied}; {failed}"),
+                        None => failed,
                     }
                 });
+                if error.is_none() {
+                    self.warnings.extend(denied);
+                }
                 Ran {
                     data: parsed.unwrap_or_else(|| {
                         json!({"stdout": stdout, "stderr": output.stderr,
@@ -375,6 +410,7 @@ impl ToolRun<'_> {
                     CommandStop::Deadline(_) => "limits.deadline_ms",
                     CommandStop::Memory(_) => "limits.memory_bytes",
                     CommandStop::Output(_) => "limits.output_bytes",
+                    CommandStop::Trap { denied, .. } if !denied.is_empty() => "network.hosts",
                     CommandStop::Trap { .. } => "its own code",
                 };
                 Ran {
@@ -443,6 +479,32 @@ mod tests {
             assert!(dir(bad).is_err(), "{bad}");
         }
         assert!(granted_dir("{project_path}", None, tool.path()).is_err());
+    }
+
+    #[test]
+    fn network_grants_name_hosts_and_nothing_else() {
+        let tool = tempfile::tempdir().unwrap();
+        let grant = |network: Value| {
+            let config = map(json!({"capabilities": {"network": network}}));
+            capabilities(Some(&config), None, None, tool.path())
+        };
+        let granted = grant(json!({"hosts": ["api.example.com", "127.0.0.1:8080"]})).unwrap();
+        let hosts: Vec<String> = granted.grants.hosts.iter().map(|h| h.to_string()).collect();
+        assert_eq!(hosts, ["api.example.com", "127.0.0.1:8080"]);
+        assert!(grant(json!({})).unwrap().grants.hosts.is_empty());
+        for (bad, says) in [
+            (json!(true), "network is true, not a mapping"),
+            (json!({"hosts": "api.example.com"}), "not a list"),
+            (
+                json!({"hosts": ["https://api.example.com"]}),
+                "is not a host",
+            ),
+            (json!({"hosts": [7]}), "7 is not a host"),
+            (json!({"ports": [80]}), "network.ports is not known"),
+        ] {
+            let error = grant(bad.clone()).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -174,6 +174,7 @@ fn tool(folder: &str, document: &Map<String, Value>, report: &mut Report) {
         Some("runtime") => crate::runtime::check(document, report),
         Some("mcp_server") => crate::mcp::server(document, report),
         Some("mcp") => crate::mcp::tool(document, report),
+        Some("wasm_component") => crate::component::check(document, report),
         _ => {}
     }
 }
@@ -582,6 +583,49 @@ mod tests {
             tool(json!({"input_schema": "text"}))
                 .contains(&("Error".into(), "rye/mcp/tool".into()))
         );
+    }
+
+    #[test]
+    fn component_tools_name_their_wasm_and_declare_capabilities_in_shape() {
+        let tool = |config: Value| {
+            run(
+                ItemKind::Tool,
+                "demo/find",
+                "",
+                json!({"version": "1.0.0", "tool_type": "wasm_component", "category": "demo",
+                       "executor_id": "rye/core/runtimes/wasm/component",
+                       "description": "Finds.", "config": config}),
+            )
+        };
+        let good = json!({"component": "find.wasm", "capabilities": {
+            "files": [{"path": "{project_path}", "access": "read"},
+                      {"path": "{project_path}/.ai/state/find", "access": "write"}],
+            "env": ["LANG"],
+            "network": {"hosts": ["api.example.com", "127.0.0.1:8080", "*.example.org"]},
+            "limits": {"deadline_ms": 2000}}});
+        assert!(tool(good.clone()).is_empty(), "{:?}", tool(good));
+        for bad in [
+            json!({}),
+            json!({"component": "../find.wasm"}),
+            json!({"component": "find.py"}),
+            json!({"component": "f.wasm", "capabilities": ["files"]}),
+            json!({"component": "f.wasm", "capabilities": {"sockets": true}}),
+            json!({"component": "f.wasm", "capabilities": {"files": [{"path": "/etc"}]}}),
+            json!({"component": "f.wasm", "capabilities": {"files": [{"path": "{project_path}/.."}]}}),
+            json!({"component": "f.wasm", "capabilities": {"files": [{"path": "{tool_dir}", "access": "all"}]}}),
+            json!({"component": "f.wasm", "capabilities": {"env": ["A-B"]}}),
+            json!({"component": "f.wasm", "capabilities": {"network": {"hosts": ["https://x.test"]}}}),
+            json!({"component": "f.wasm", "capabilities": {"network": {"hosts": "x.test"}}}),
+            json!({"component": "f.wasm", "capabilities": {"network": true}}),
+            json!({"component": "f.wasm", "capabilities": {"limits": {"deadline_ms": 0}}}),
+            json!({"component": "f.wasm", "capabilities": {"limits": {"cpu": 1}}}),
+        ] {
+            assert!(
+                tool(bad.clone()).contains(&("Error".into(), "rye/tool/component".into())),
+                "{bad}: {:?}",
+                tool(bad.clone())
+            );
+        }
     }
 
     #[test]

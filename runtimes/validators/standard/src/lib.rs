@@ -9,6 +9,7 @@
 //! are errors, which stop `sign` and `execute`.
 
 mod chain;
+mod component;
 mod instance;
 mod items;
 mod mcp;
