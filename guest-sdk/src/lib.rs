@@ -14,6 +14,7 @@
 //! | `runtime-adapter` | [`adapter::RuntimeAdapter`]         | [`export_adapter!`]   | `.ai/adapters/<name>.wasm`|
 //! | `validator`       | [`validator::Validator`]            | [`export_validator!`] | `.ai/validators/<name>.wasm`|
 //! | `graph-walker`    | [`walker::GraphWalker`]             | [`export_walker!`]    | `.ai/walkers/<name>.wasm`|
+//! | `tool`            | [`tool::Tool`]                      | [`export_tool!`]      | beside its tool item, `.ai/tools/<category>/<name>.wasm`|
 //!
 //! # Example: a parser in a few lines
 //!
@@ -42,7 +43,7 @@
 //! ```
 //!
 //! Each world's module documents its trait with an example. The quickest
-//! start is `rye component new parser|runtime-adapter|validator NAME`,
+//! start is `rye component new parser|runtime-adapter|validator|graph-walker|tool NAME`,
 //! which writes a crate with a working example of the world and this SDK
 //! vendored, and `rye component build`, which builds, checks, installs and
 //! signs it. Complete components, built and tested with the host, are in
@@ -61,6 +62,8 @@ extern crate self as rye_guest;
 pub mod adapter;
 #[cfg(feature = "parser")]
 pub mod parser;
+#[cfg(feature = "tool")]
+pub mod tool;
 #[cfg(feature = "validator")]
 pub mod validator;
 #[cfg(feature = "graph-walker")]

@@ -37,6 +37,10 @@ const SDK_SOURCES: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk/src/walker.rs"),
     ),
     (
+        "rye-guest/src/tool.rs",
+        include_str!("../../../guest-sdk/src/tool.rs"),
+    ),
+    (
         "rye-guest/src/diagnostics.rs",
         include_str!("../../../guest-sdk/src/diagnostics.rs"),
     ),
@@ -61,6 +65,10 @@ const SDK_SOURCES: &[(&str, &str)] = &[
         include_str!("../../../wit/rye-plugin@0.1.0/walking.wit"),
     ),
     (
+        "wit/rye-plugin@0.1.0/running.wit",
+        include_str!("../../../wit/rye-plugin@0.1.0/running.wit"),
+    ),
+    (
         "wit/rye-plugin@0.1.0/worlds.wit",
         include_str!("../../../wit/rye-plugin@0.1.0/worlds.wit"),
     ),
@@ -70,7 +78,7 @@ const SDK_SOURCES: &[(&str, &str)] = &[
 /// with what it inherits from the workspace written out.
 const SDK_MANIFEST: &str = r#"[package]
 name = "rye-guest"
-description = "Write Rye plugins (parsers, runtime adapters, validators) as WebAssembly components"
+description = "Write Rye plugins (parsers, runtime adapters, validators, graph walkers, tools) as WebAssembly components"
 version = "0.1.0"
 edition = "2024"
 rust-version = "1.95"
@@ -82,27 +90,74 @@ parser = []
 runtime-adapter = []
 validator = []
 graph-walker = []
+tool = []
 
 [dependencies]
 wit-bindgen = "0.63"
 serde_json = { version = "1", features = ["preserve_order", "float_roundtrip"] }
 "#;
 
+/// What a scaffold makes: a plugin of one of the host's worlds, or a
+/// tool (the `tool` world), which installs beside its item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaffold {
+    Plugin(World),
+    Tool,
+}
+
+impl Scaffold {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plugin(world) => world.name(),
+            Self::Tool => "tool",
+        }
+    }
+}
+
 /// The world a scaffold implements, and where its components install.
-pub fn world_named(name: &str) -> Result<World> {
-    Ok(match name {
+pub fn world_named(name: &str) -> Result<Scaffold> {
+    Ok(Scaffold::Plugin(match name {
         "parser" => World::Parser,
         "runtime-adapter" | "adapter" => World::RuntimeAdapter,
         "validator" => World::Validator,
         "graph-walker" | "walker" => World::GraphWalker,
+        "tool" => return Ok(Scaffold::Tool),
         other => {
-            bail!("unknown world {other:?}: parser, runtime-adapter, validator or graph-walker")
+            bail!(
+                "unknown world {other:?}: parser, runtime-adapter, validator, graph-walker or tool"
+            )
         }
-    })
+    }))
 }
 
-/// Writes a new component crate `name` for `world` in `dir`.
-pub fn new(world: World, name: &str, dir: &Path, out: &mut impl Write) -> Result<()> {
+/// The item a tool scaffold starts with: the component beside it, no
+/// capability granted.
+fn tool_item(name: &str) -> String {
+    format!(
+        r#"version: "1.0.0"
+tool_type: wasm_component
+executor_id: rye/core/runtimes/wasm/component
+category: ""
+description: Counts the words of a text.
+config:
+  component: {name}.wasm
+  # What the tool may reach; nothing is granted that is not listed here.
+  capabilities:
+    files: []            # e.g. {{path: "{{project_path}}", access: read}}
+    env: []              # variable names
+    network: {{hosts: []}} # e.g. api.example.com
+    limits: {{deadline_ms: 5000}}
+config_schema:
+  type: object
+  properties:
+    text: {{type: string, description: The text to count}}
+  required: [text]
+"#
+    )
+}
+
+/// Writes a new component crate `name` for `kind` in `dir`.
+pub fn new(kind: Scaffold, name: &str, dir: &Path, out: &mut impl Write) -> Result<()> {
     let valid = !name.is_empty()
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
@@ -116,7 +171,10 @@ pub fn new(world: World, name: &str, dir: &Path, out: &mut impl Write) -> Result
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{}: already exists and is not empty", dir.display());
     }
-    let install = format!("{}/{name}.wasm", component_folder(world));
+    let install = match kind {
+        Scaffold::Plugin(world) => format!("{}/{name}.wasm", component_folder(world)),
+        Scaffold::Tool => format!("tools/{name}.wasm"),
+    };
     let manifest = format!(
         r#"[package]
 name = "{name}"
@@ -142,14 +200,17 @@ opt-level = "s"
 debug = false
 strip = "debuginfo"
 "#,
-        feature = world.name(),
+        feature = kind.name(),
     );
     let mut files: Vec<(PathBuf, String)> = vec![
         (dir.join("Cargo.toml"), manifest),
-        (dir.join("src/lib.rs"), template(world, name)),
+        (dir.join("src/lib.rs"), template(kind, name)),
         (dir.join(".gitignore"), "/target\n".into()),
         (dir.join("vendor/rye-guest/Cargo.toml"), SDK_MANIFEST.into()),
     ];
+    if kind == Scaffold::Tool {
+        files.push((dir.join(format!("{name}.yaml")), tool_item(name)));
+    }
     for (relative, text) in SDK_SOURCES {
         files.push((dir.join("vendor").join(relative), (*text).to_owned()));
     }
@@ -158,13 +219,14 @@ strip = "debuginfo"
             .with_context(|| format!("creating {}", path.display()))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    writeln!(
-        out,
-        "created {} ({} component)",
-        dir.display(),
-        world.name()
-    )?;
+    writeln!(out, "created {} ({} component)", dir.display(), kind.name())?;
     writeln!(out, "  src/lib.rs       the component; edit it")?;
+    if kind == Scaffold::Tool {
+        writeln!(
+            out,
+            "  {name}.yaml  its tool item: description, capabilities, parameters"
+        )?;
+    }
     writeln!(
         out,
         "  vendor/          the guest SDK and rye:plugin@{} contract",
@@ -178,7 +240,34 @@ strip = "debuginfo"
     Ok(())
 }
 
-fn template(world: World, name: &str) -> String {
+fn template(kind: Scaffold, name: &str) -> String {
+    let world = match kind {
+        Scaffold::Plugin(world) => world,
+        Scaffold::Tool => {
+            return format!(
+                r#"//! {name}: a tool component. Each execute of its item calls `run` with
+//! the caller's parameters; the answer becomes the execute's data. It
+//! reaches only the folders, variables and hosts its item grants.
+
+use rye_guest::serde_json::{{Value, json}};
+use rye_guest::tool::{{Call, Tool, ToolError}};
+
+struct WordCount;
+
+impl Tool for WordCount {{
+    fn run(call: Call) -> Result<Value, ToolError> {{
+        let text = call.parameters["text"]
+            .as_str()
+            .ok_or_else(|| ToolError::InvalidParameters("text is required: the text to count".into()))?;
+        Ok(json!({{"words": text.split_whitespace().count(), "characters": text.chars().count()}}))
+    }}
+}}
+
+rye_guest::export_tool!(WordCount);
+"#
+            );
+        }
+    };
     match world {
         World::Parser => format!(
             r#"//! {name}: a parser component. It reads `key = value` lines into
@@ -400,18 +489,19 @@ pub fn build(
         );
     };
     let inspection = rye.components().inspect(&wasm)?;
-    let world = match (&inspection.loads, inspection.world) {
-        (Ok(()), Some(world)) => world,
-        (Err(e), _) => bail!(
+    if let Err(e) = &inspection.loads {
+        bail!(
             "{} was built, but this host would not load it: {e}",
             wasm.display()
-        ),
-        (Ok(()), None) => bail!("{} exports no rye:plugin world", wasm.display()),
+        );
+    }
+    let kind = match (inspection.world, inspection.tool) {
+        (Some(world), _) => Scaffold::Plugin(world),
+        (None, Some(_)) => Scaffold::Tool,
+        (None, None) => bail!("{} exports no rye:plugin world", wasm.display()),
     };
-    let name = match name {
-        Some(name) => name.to_owned(),
-        None => target.as_str().unwrap_or("component").replace('_', "-"),
-    };
+    let crate_name = target.as_str().unwrap_or("component").replace('_', "-");
+    let name = name.map_or_else(|| crate_name.clone(), str::to_owned);
     rye_host::validate_plugin_name(&name)?;
     let spaces = rye.spaces(project);
     let root = spaces
@@ -420,10 +510,11 @@ pub fn build(
     if space == Space::System {
         bail!("the system space is built into Rye; install into the project or user space");
     }
-    let target_path = root
-        .ai_dir
-        .join(component_folder(world))
-        .join(format!("{name}.wasm"));
+    let folder = match kind {
+        Scaffold::Plugin(world) => component_folder(world),
+        Scaffold::Tool => "tools",
+    };
+    let target_path = root.ai_dir.join(folder).join(format!("{name}.wasm"));
     std::fs::create_dir_all(target_path.parent().expect("a file in a folder"))?;
     std::fs::copy(&wasm, &target_path)
         .with_context(|| format!("installing {}", target_path.display()))?;
@@ -431,31 +522,67 @@ pub fn build(
         out,
         "built {} ({} component, {} KiB), installed as {}",
         wasm.display(),
-        world.name(),
+        inspection.tool.unwrap_or(kind.name()),
         inspection.size.div_ceil(1024),
         target_path.display()
     )?;
-    match rye.signing_key() {
-        Ok(_) => {
-            let signed = rye.sign(
-                project,
-                Signable::Component(component_folder(world)),
-                &name,
-                space,
-            )?;
-            writeln!(out, "signed: {}", signed.signature_path.display())?;
-        }
-        Err(_) => writeln!(
-            out,
-            "not signed (no signing key): run `rye keys generate`, then `rye sign {} {name}`",
+    let (signable, noun) = match kind {
+        Scaffold::Plugin(world) => (
+            Signable::Component(component_folder(world)),
             match world {
                 World::Parser => "parser",
                 World::RuntimeAdapter => "adapter",
                 World::Validator => "validator",
                 World::GraphWalker => "walker",
-            }
+            },
+        ),
+        Scaffold::Tool => {
+            install_tool_item(dir, &crate_name, &name, &target_path, out)?;
+            (Signable::Item(rye_host::ItemKind::Tool), "tool")
+        }
+    };
+    match rye.signing_key() {
+        Ok(_) => {
+            let signed = rye.sign(project, signable, &name, space)?;
+            writeln!(out, "signed: {}", signed.signature_path.display())?;
+        }
+        Err(_) => writeln!(
+            out,
+            "not signed (no signing key): run `rye keys generate`, then `rye sign {noun} {name}`"
         )?,
     }
+    Ok(())
+}
+
+/// Puts the tool's item beside its installed `.wasm` unless one is there
+/// already (an item edited in place is the author's, never replaced): the
+/// crate's `<crate>.yaml`, naming the component as installed.
+fn install_tool_item(
+    dir: &Path,
+    crate_name: &str,
+    name: &str,
+    wasm: &Path,
+    out: &mut impl Write,
+) -> Result<()> {
+    let item = wasm.with_extension("yaml");
+    if item.exists() {
+        return writeln!(out, "its item is {} (kept as it is)", item.display()).map_err(Into::into);
+    }
+    let source = dir.join(format!("{crate_name}.yaml"));
+    let text = std::fs::read_to_string(&source).with_context(|| {
+        format!(
+            "{} has no tool item: write {} (tool_type: wasm_component, config.component: \
+             {name}.wasm)",
+            dir.display(),
+            source.display()
+        )
+    })?;
+    let text = text.replace(
+        &format!("component: {crate_name}.wasm"),
+        &format!("component: {name}.wasm"),
+    );
+    std::fs::write(&item, text).with_context(|| format!("writing {}", item.display()))?;
+    writeln!(out, "its item: {}", item.display())?;
     Ok(())
 }
 
@@ -467,7 +594,7 @@ pub fn inspect(host: &ComponentHost, path: &Path, json: bool, out: &mut impl Wri
             "path": i.path,
             "size": i.size,
             "sha256": hex(&i.hash),
-            "world": i.world.map(|w| w.name()),
+            "world": i.world.map(|w| w.name()).or(i.tool),
             "contract_version": i.contract_version,
             "exports": i.exports,
             "imports": i.imports,
@@ -481,10 +608,11 @@ pub fn inspect(host: &ComponentHost, path: &Path, json: bool, out: &mut impl Wri
     writeln!(out, "{}", i.path.display())?;
     writeln!(out, "  size      {} bytes", i.size)?;
     writeln!(out, "  sha256    {}", hex(&i.hash))?;
-    match (i.world, &i.contract_version) {
+    match (i.world.map(|w| w.name()).or(i.tool), &i.contract_version) {
         (Some(world), Some(version)) => {
-            writeln!(out, "  world     {} (rye:plugin@{version})", world.name())?
+            writeln!(out, "  world     {world} (rye:plugin@{version})")?
         }
+        (Some(command), None) => writeln!(out, "  world     {command} (wasi:cli, a tool)")?,
         _ => writeln!(out, "  world     none (no rye:plugin export)")?,
     }
     writeln!(out, "  exports")?;
@@ -499,7 +627,7 @@ pub fn inspect(host: &ComponentHost, path: &Path, json: bool, out: &mut impl Wri
         Ok(()) => writeln!(
             out,
             "  loads     yes, as a {} component",
-            i.world.map_or("?", |w| w.name())
+            i.world.map(|w| w.name()).or(i.tool).unwrap_or("?")
         )?,
         Err(e) => writeln!(out, "  loads     no: it {e}")?,
     }

@@ -268,7 +268,7 @@ enum Command {
 #[derive(Subcommand)]
 enum ComponentAction {
     /// Write a new component crate on the guest SDK: parser,
-    /// runtime-adapter or validator.
+    /// runtime-adapter, validator, graph-walker or tool.
     New {
         world: String,
         name: String,

@@ -1609,6 +1609,7 @@ fn component_new_build_and_inspect_make_working_components_of_every_world() {
         ("parser", "key-value"),
         ("runtime-adapter", "run-with"),
         ("graph-walker", "echo-inputs"),
+        ("tool", "word-count"),
     ] {
         let dir = work.path().join(name);
         let made = env.ok(&[
@@ -1697,8 +1698,77 @@ fn component_new_build_and_inspect_make_working_components_of_every_world() {
     let unknown = env.rye(&["component", "new", "linker", "x"]);
     assert!(
         String::from_utf8_lossy(&unknown.stderr)
-            .contains("parser, runtime-adapter, validator or graph-walker")
+            .contains("parser, runtime-adapter, validator, graph-walker or tool")
     );
+
+    // The tool scaffold is a signed tool at once, its item beside it:
+    // typed parameters in, data out, a typed error named.
+    let counted: Value = serde_json::from_str(&env.ok(&[
+        "execute",
+        "tool",
+        "word-count",
+        "--params",
+        r#"{"text": "one two  three"}"#,
+    ]))
+    .unwrap();
+    assert_eq!(
+        counted["data"],
+        json!({"words": 3, "characters": 14}),
+        "{counted:#}"
+    );
+    let wrong = env.rye(&["execute", "tool", "word-count", "--params", "{}"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    let wrong: Value = serde_json::from_slice(&wrong.stdout).unwrap();
+    assert!(
+        wrong["error"]
+            .as_str()
+            .unwrap()
+            .contains("tool \"word-count\": invalid parameters: text is required"),
+        "{wrong:#}"
+    );
+    let inspected = env.json(&[
+        "component",
+        "inspect",
+        env.project
+            .path()
+            .join(".ai/tools/word-count.wasm")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert_eq!(inspected["world"], "tool", "{inspected:#}");
+    assert_eq!(inspected["loads"], true, "{inspected:#}");
+    // Built again, the item the author edited is kept.
+    env.write(
+        ".ai/tools/word-count.yaml",
+        &std::fs::read_to_string(env.project.path().join(".ai/tools/word-count.yaml"))
+            .unwrap()
+            .replace("Counts the words of a text.", "Counts words, edited."),
+    );
+    let rebuilt = rye_with_cargo(
+        &env,
+        &[
+            "component",
+            "build",
+            work.path().join("word-count").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        rebuilt.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebuilt.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(env.project.path().join(".ai/tools/word-count.yaml"))
+            .unwrap()
+            .contains("Counts words, edited.")
+    );
+    env.ok(&[
+        "execute",
+        "tool",
+        "word-count",
+        "--params",
+        r#"{"text": "a"}"#,
+    ]);
 
     // The walker scaffold walks a graph that names it: it ends at once,
     // its result the run's inputs.

@@ -28,3 +28,10 @@ pub(crate) mod walker {
         path: "../../wit/rye-plugin@0.1.0",
     });
 }
+
+pub(crate) mod tool {
+    wasmtime::component::bindgen!({
+        world: "tool",
+        path: "../../wit/rye-plugin@0.1.0",
+    });
+}

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use wasmtime::component::Component;
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
+
+use crate::bindings::tool::ToolPre;
+use crate::bindings::tool::exports::rye::plugin::running;
+use crate::entry::Entry;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx};
 
@@ -44,6 +48,41 @@ pub struct CommandGrants {
     pub args: Vec<String>,
     /// The hosts its `wasi:http` requests may reach; none when empty.
     pub hosts: Vec<crate::HostRule>,
+    /// What a `tool`-world component is told of its call: the item's id
+    /// and the project's path.
+    pub item_id: String,
+    pub project_path: Option<String>,
+}
+
+/// Why a `tool`-world component gave no answer, as it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    InvalidParameters(String),
+    NotFound(String),
+    Denied(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidParameters(m) => write!(f, "invalid parameters: {m}"),
+            Self::NotFound(m) => write!(f, "not found: {m}"),
+            Self::Denied(m) => write!(f, "denied: {m}"),
+            Self::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<running::ToolError> for ToolError {
+    fn from(error: running::ToolError) -> Self {
+        match error {
+            running::ToolError::InvalidParameters(m) => Self::InvalidParameters(m),
+            running::ToolError::NotFound(m) => Self::NotFound(m),
+            running::ToolError::Denied(m) => Self::Denied(m),
+            running::ToolError::Failed(m) => Self::Failed(m),
+        }
+    }
 }
 
 /// How a run of a command tool ended, when it was not stopped.
@@ -57,6 +96,8 @@ pub struct CommandOutput {
     /// The requests it sent that its grants did not allow, each as
     /// `scheme://host:port`.
     pub denied: Vec<String>,
+    /// A `tool`-world component's error (its exit code is then 1).
+    pub error: Option<ToolError>,
 }
 
 /// Why a run of a command tool was stopped: each names the limit.
@@ -168,11 +209,22 @@ impl ComponentHost {
         let pre = self
             .command_linker()
             .instantiate_pre(&component)
-            .map_err(|e| fail(ComponentErrorKind::Import(format!("{e:#}"))))
-            .and_then(|pre| {
-                CommandPre::new(pre)
-                    .map_err(|e| fail(ComponentErrorKind::NotACommand(format!("{e:#}"))))
-            })?;
+            .map_err(|e| fail(ComponentErrorKind::Import(format!("{e:#}"))))?;
+        let typed = component
+            .component_type()
+            .exports(self.engine())
+            .any(|(name, _)| name.starts_with("rye:plugin/running@"));
+        let pre = if typed {
+            ToolPre::new(pre).map(Entry::Tool).map_err(|e| {
+                fail(ComponentErrorKind::Signature(format!(
+                    "its rye:plugin/running export: {e:#}"
+                )))
+            })?
+        } else {
+            CommandPre::new(pre)
+                .map(Entry::Command)
+                .map_err(|e| fail(ComponentErrorKind::NotACommand(format!("{e:#}"))))?
+        };
         let loaded = Arc::new(LoadedCommand {
             path: path.to_owned(),
             hash,
@@ -192,28 +244,42 @@ impl ComponentHost {
         grants: &CommandGrants,
         stdin: Vec<u8>,
     ) -> Result<Result<CommandOutput, CommandStop>, ComponentError> {
+        // A command reads its parameters from stdin; a typed tool is
+        // handed them.
+        let (stdin, stdin_copy) = match &command.pre {
+            Entry::Command(_) => (stdin, Vec::new()),
+            Entry::Tool(_) => (Vec::new(), stdin),
+        };
         let state = CallState::command(grants, stdin).map_err(|e| ComponentError {
             path: command.path.clone(),
             kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
         })?;
         let started = std::time::Instant::now();
         let mut store = self.deadline_store(state, grants.limits.deadline);
-        let instance = command.pre.instantiate(&mut store);
-        let instantiated = started.elapsed();
-        let ran = instance.and_then(|cli| cli.wasi_cli_run().call_run(&mut store));
+        let ran = match &command.pre {
+            Entry::Command(pre) => pre
+                .instantiate(&mut store)
+                .and_then(|cli| cli.wasi_cli_run().call_run(&mut store))
+                .map(|ran| ran.map(|()| None)),
+            Entry::Tool(pre) => {
+                let call = running::Call {
+                    item_id: grants.item_id.clone(),
+                    parameters: String::from_utf8_lossy(&stdin_copy).into_owned(),
+                    project_path: grants.project_path.clone(),
+                };
+                pre.instantiate(&mut store)
+                    .and_then(|tool| tool.rye_plugin_running().call_run(&mut store, &call))
+                    .map(|answer| Ok(Some(answer)))
+            }
+        };
         tracing::debug!(
             path = %command.path.display(),
-            instantiate_us = instantiated.as_micros() as u64,
-            run_us = (started.elapsed() - instantiated).as_micros() as u64,
-            "command tool ran"
+            run_us = started.elapsed().as_micros() as u64,
+            "tool component ran"
         );
         let data = store.data();
-        let stdout = data.stdout.as_ref().map(|p| p.contents().to_vec());
-        let stdout = stdout.unwrap_or_default();
+        let mut stdout = data.stdout.as_ref().map(|p| p.contents().to_vec());
         let stderr = data.stderr_text();
-        if stdout.len() > grants.output_cap {
-            return Ok(Err(CommandStop::Output(grants.output_cap)));
-        }
         // A wait on the network cut at the deadline is the deadline, however
         // the tool took the error.
         if data
@@ -224,11 +290,27 @@ impl ComponentHost {
             return Ok(Err(CommandStop::Deadline(grants.limits.deadline)));
         }
         let denied = data.net.denied.clone();
-        let exit_code = match ran {
-            Ok(Ok(())) => 0,
-            Ok(Err(())) => 1,
+        let (exit_code, error) = match ran {
+            Ok(Ok(None)) => (0, None),
+            Ok(Err(())) => (1, None),
+            Ok(Ok(Some(Ok(answer)))) => {
+                // A typed tool's answer is its data; what it printed is not.
+                let parsed = serde_json::from_str::<serde::de::IgnoredAny>(&answer);
+                stdout = Some(answer.into_bytes());
+                match parsed {
+                    Ok(_) => (0, None),
+                    Err(e) => (
+                        1,
+                        Some(ToolError::Failed(format!("its answer is not JSON: {e}"))),
+                    ),
+                }
+            }
+            Ok(Ok(Some(Err(error)))) => {
+                stdout = Some(Vec::new());
+                (1, Some(error.into()))
+            }
             Err(e) => match e.downcast_ref::<I32Exit>() {
-                Some(exit) => exit.0,
+                Some(exit) => (exit.0, None),
                 None => {
                     return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
                         ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),
@@ -247,11 +329,16 @@ impl ComponentHost {
                 }
             },
         };
+        let stdout = stdout.unwrap_or_default();
+        if stdout.len() > grants.output_cap {
+            return Ok(Err(CommandStop::Output(grants.output_cap)));
+        }
         Ok(Ok(CommandOutput {
             exit_code,
             stdout,
             stderr,
             denied,
+            error,
         }))
     }
 }

@@ -43,7 +43,8 @@ pub enum ComponentErrorKind {
     BadOutput(String),
     /// All of its world's instances are in use (this many).
     Busy(usize),
-    /// A tool's component that is no `wasi:cli` command.
+    /// A tool's component that is neither a `wasi:cli` command nor of the
+    /// `tool` world.
     NotACommand(String),
 }
 
@@ -78,7 +79,8 @@ impl fmt::Display for ComponentErrorKind {
             Self::Signature(e) => write!(f, "does not match the contract: {e}"),
             Self::NotACommand(e) => write!(
                 f,
-                "is not a wasi:cli command ({e}); build the tool as a binary for wasm32-wasip2"
+                "is not a wasi:cli command ({e}) nor a component of the rye:plugin tool world; \
+                 build the tool as a binary for wasm32-wasip2, or export rye:plugin/running"
             ),
             Self::Import(e) => write!(f, "needs an import its world does not grant: {e}"),
             Self::Timeout(d) => write!(

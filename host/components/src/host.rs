@@ -138,13 +138,21 @@ impl std::fmt::Debug for LoadedComponent {
     }
 }
 
-/// A command component compiled and ready to instantiate.
+/// A tool's component compiled and ready to instantiate: a `wasi:cli`
+/// command or a component of the `tool` world.
 pub struct LoadedCommand {
     pub path: PathBuf,
     /// SHA-256 of the component's bytes.
     pub hash: [u8; 32],
     pub origin: Origin,
-    pub(crate) pre: wasmtime_wasi::p2::bindings::sync::CommandPre<CallState>,
+    pub(crate) pre: crate::entry::Entry,
+}
+
+impl LoadedCommand {
+    /// Whether it is a component of the `tool` world (else a command).
+    pub fn is_typed(&self) -> bool {
+        matches!(self.pre, crate::entry::Entry::Tool(_))
+    }
 }
 
 impl std::fmt::Debug for LoadedCommand {
@@ -313,6 +321,10 @@ impl ComponentHost {
     ) -> Result<(Component, Origin), ComponentErrorKind> {
         check_header(bytes)?;
         self.compile(path, bytes, hash)
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     pub(crate) fn command_linker(&self) -> &Linker<CallState> {
@@ -681,6 +693,9 @@ pub struct Inspection {
     pub hash: [u8; 32],
     /// The world its exports make it, if any.
     pub world: Option<World>,
+    /// What kind of tool it is, when it is one: `tool` (the `tool` world)
+    /// or `command` (a `wasi:cli` command).
+    pub tool: Option<&'static str>,
     /// The `rye:plugin` version of its exports.
     pub contract_version: Option<String>,
     pub exports: Vec<String>,
@@ -711,12 +726,23 @@ impl ComponentHost {
             .map(|(n, _)| n.to_owned())
             .collect();
         let contract = contract_exports(exports.iter().map(String::as_str));
-        let own = contract.iter().find(|e| e.world.is_some());
+        let own = contract
+            .iter()
+            .find(|e| e.world.is_some() || e.interface == "running");
         let world = own.and_then(|e| e.world);
-        let loads = match world {
-            Some(world) => self.load(path, world).map(|_| ()).map_err(|e| e.kind),
-            None => Err(ComponentErrorKind::WrongWorld {
-                expected: "parser, runtime-adapter or validator".into(),
+        let tool = match own {
+            Some(e) if e.interface == "running" => Some("tool"),
+            None if exports.iter().any(|e| e.starts_with("wasi:cli/run@")) => Some("command"),
+            _ => None,
+        };
+        let loads = match (world, tool) {
+            (Some(world), _) => self.load(path, world).map(|_| ()).map_err(|e| e.kind),
+            (None, Some(_)) => self
+                .load_command(path, |_| Ok::<(), std::convert::Infallible>(()))
+                .map(|_| ())
+                .map_err(|e| e.kind),
+            (None, None) => Err(ComponentErrorKind::WrongWorld {
+                expected: "parser, runtime-adapter, validator, graph-walker or tool".into(),
                 found: contract
                     .iter()
                     .map(|e| format!("rye:plugin/{}@{}", e.interface, e.version))
@@ -728,6 +754,7 @@ impl ComponentHost {
             size: bytes.len() as u64,
             hash,
             world,
+            tool,
             contract_version: own.map(|e| e.version.clone()),
             exports,
             imports,

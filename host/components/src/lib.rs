@@ -30,6 +30,7 @@ mod adapter;
 mod bindings;
 mod cache;
 mod command;
+mod entry;
 mod error;
 mod host;
 mod limits;
@@ -46,7 +47,7 @@ pub use adapter::{
     PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
     PlannedRequest,
 };
-pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant};
+pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant, ToolError};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{
     ComponentHost, HostConfig, Inspection, LoadedCommand, LoadedComponent, Origin, Precompiled,

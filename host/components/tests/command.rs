@@ -204,3 +204,94 @@ fn a_refused_check_compiles_nothing_and_bad_bytes_are_named() {
     assert!(parser.to_string().contains("command"), "{parser}");
     assert_serves(&host);
 }
+
+/// A run of the `tool`-world probe: its output.
+fn typed(
+    host: &ComponentHost,
+    grants: &CommandGrants,
+    asked: Value,
+) -> Result<CommandOutput, CommandStop> {
+    let probe = host
+        .load_command(Path::new(artifacts::TYPED_PROBE), |_| {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert!(probe.is_typed());
+    host.run_command(&probe, grants, asked.to_string().into_bytes())
+        .unwrap()
+}
+
+#[test]
+fn a_tool_world_component_is_handed_its_call_and_answers_data_or_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.md"), "# kept\n").unwrap();
+    let host = host();
+    let mut granted = grants();
+    granted.item_id = "demo/typed".into();
+    granted.project_path = Some("/project".into());
+    granted.dirs.push(DirGrant {
+        host: dir.path().to_owned(),
+        guest: "/project".into(),
+        writable: false,
+    });
+    let echoed = typed(&host, &granted, json!({"do": "echo", "value": [1, 2]})).unwrap();
+    assert_eq!((echoed.exit_code, &echoed.error), (0, &None));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&echoed.stdout).unwrap(),
+        json!({"echo": [1, 2], "item_id": "demo/typed", "project_path": "/project"})
+    );
+    let read = typed(
+        &host,
+        &granted,
+        json!({"do": "read", "path": "/project/notes.md"}),
+    )
+    .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&read.stdout).unwrap(),
+        json!({"content": "# kept\n"})
+    );
+    for (asked, expected) in [
+        (
+            json!({"do": "read", "path": "/project/gone.md"}),
+            "not found: /project/gone.md",
+        ),
+        (json!({"do": "read", "path": "/etc/passwd"}), "/etc/passwd"),
+        (
+            json!({"do": "fail", "message": "the index is stale"}),
+            "the index is stale",
+        ),
+        (
+            json!({"do": "dance"}),
+            "invalid parameters: do is Some(\"dance\")",
+        ),
+        (
+            json!(["not", "an", "object"]),
+            "invalid parameters: the parameters are",
+        ),
+    ] {
+        let output = typed(&host, &granted, asked.clone()).unwrap();
+        assert_eq!(output.exit_code, 1, "{asked}");
+        let error = output.error.unwrap_or_else(|| panic!("{asked}: no error"));
+        assert!(error.to_string().contains(expected), "{asked}: {error}");
+        assert!(output.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_tool_world_component_is_held_to_the_same_limits() {
+    let host = host();
+    let mut granted = grants();
+    granted.limits.deadline = Duration::from_millis(300);
+    let stop = typed(&host, &granted, json!({"do": "loop"})).unwrap_err();
+    assert_eq!(stop, CommandStop::Deadline(Duration::from_millis(300)));
+    let mut granted = grants();
+    granted.output_cap = 1024;
+    let stop = typed(&host, &granted, json!({"do": "big", "bytes": 4096})).unwrap_err();
+    assert_eq!(stop, CommandStop::Output(1024));
+    let fits = typed(&host, &granted, json!({"do": "big", "bytes": 100})).unwrap();
+    assert_eq!(fits.exit_code, 0);
+    let stop = typed(&host, &grants(), json!({"do": "panic"})).unwrap_err();
+    assert!(matches!(stop, CommandStop::Trap { .. }), "{stop:?}");
+    assert_serves(&host);
+}

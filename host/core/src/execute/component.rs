@@ -271,8 +271,8 @@ pub(crate) fn capabilities(
             env,
             limits,
             output_cap,
-            args: Vec::new(),
             hosts,
+            ..CommandGrants::default()
         },
         env_names,
     })
@@ -345,15 +345,18 @@ impl ToolRun<'_> {
             env_names,
         } = granted;
         // As for a process tool: the tool's file and the project, so a
-        // tool can find the folders it was granted.
+        // tool can find the folders it was granted; a typed tool is told
+        // its id and the project.
+        let project_path = project
+            .as_deref()
+            .and_then(|p| p.canonicalize().ok())
+            .map(|p| p.display().to_string());
         grants.args = vec![
             tool.path.display().to_string(),
-            project
-                .as_deref()
-                .and_then(|p| p.canonicalize().ok())
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            project_path.clone().unwrap_or_default(),
         ];
+        grants.item_id = tool_id.clone();
+        grants.project_path = project_path;
         self.step(Step::Component {
             path: path.clone(),
             files: grants
@@ -380,7 +383,9 @@ impl ToolRun<'_> {
                 let denied = denied(&tool_id, &output.denied);
                 let error = (output.exit_code != 0).then(|| {
                     let detail = output.stderr.trim();
-                    let failed = if detail.is_empty() {
+                    let failed = if let Some(error) = &output.error {
+                        format!("tool {tool_id:?}: {error}")
+                    } else if detail.is_empty() {
                         format!("tool {tool_id:?} failed (exit code {})", output.exit_code)
                     } else {
                         detail.to_owned()
@@ -393,11 +398,14 @@ impl ToolRun<'_> {
                 if error.is_none() {
                     self.warnings.extend(denied);
                 }
+                let data = match (&output.error, parsed) {
+                    (Some(_), _) => Value::Null,
+                    (None, Some(parsed)) => parsed,
+                    (None, None) => json!({"stdout": stdout, "stderr": output.stderr,
+                                           "return_code": output.exit_code}),
+                };
                 Ran {
-                    data: parsed.unwrap_or_else(|| {
-                        json!({"stdout": stdout, "stderr": output.stderr,
-                               "return_code": output.exit_code})
-                    }),
+                    data,
                     error,
                     duration,
                     return_code: Some(output.exit_code),
