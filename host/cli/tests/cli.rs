@@ -1839,6 +1839,80 @@ fn the_ruby_runtime_example_validates_and_runs_where_ruby_is_installed() {
 }
 
 #[test]
+fn a_tool_written_in_python_runs_as_a_component_with_read_access_to_the_project() {
+    let Some(python) = common::test_python() else {
+        rye_test_artifacts::skip("the Python tool example", "no python3 on this machine");
+        return;
+    };
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python-note-stats");
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/rye-plugin@0.1.0");
+    let env = Env::new();
+    env.ok(&["keys", "generate"]);
+    env.ok(&["keys", "trust"]);
+    let tools = env.project.path().join(".ai/tools/examples");
+    std::fs::create_dir_all(&tools).unwrap();
+    let status = Command::new(python.with_file_name("componentize-py"))
+        .current_dir(&example)
+        .arg("-d")
+        .arg(&wit)
+        .args(["-w", "tool", "componentize", "app", "-o"])
+        .arg(tools.join("note-stats.wasm"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "componentize-py failed");
+    std::fs::copy(
+        example.join("note-stats.yaml"),
+        tools.join("note-stats.yaml"),
+    )
+    .unwrap();
+    env.write(
+        "notes/plan.md",
+        "# The plan\nship the parser\n\n## The parser\nfirst\n",
+    );
+    env.write("notes/done.md", "# Done\nthe walker\n");
+    env.write("notes/skip.txt", "# not markdown\n");
+    env.ok(&["sign", "tool", "examples/note-stats"]);
+    let stats = env.json(&[
+        "execute",
+        "tool",
+        "examples/note-stats",
+        "--params",
+        r#"{"folder": "notes", "top": 2}"#,
+    ]);
+    assert_eq!(
+        stats["data"],
+        json!({
+            "files": 2, "lines": 7, "words": 14,
+            "heading_words": [{"word": "the", "count": 2}, {"word": "done", "count": 1}],
+            "largest": [{"path": "notes/plan.md", "bytes": 48}, {"path": "notes/done.md", "bytes": 18}],
+        }),
+        "{stats:#}"
+    );
+    for (params, says) in [
+        (
+            r#"{"folder": "../.."}"#,
+            "invalid parameters: folder is '../..'",
+        ),
+        (
+            r#"{"folder": "gone"}"#,
+            "not found: gone is not a folder of the project",
+        ),
+        (
+            r#"{"top": "all"}"#,
+            "invalid parameters: top is a whole number",
+        ),
+    ] {
+        let out = env.rye(&["execute", "tool", "examples/note-stats", "--params", params]);
+        assert_eq!(out.status.code(), Some(1), "{params}");
+        let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            refused["error"].as_str().unwrap().contains(says),
+            "{params}: {refused:#}"
+        );
+    }
+}
+
+#[test]
 fn a_parser_written_in_python_reads_toml_tools_through_the_same_contract() {
     let Some(python) = common::test_python() else {
         rye_test_artifacts::skip("the Python parser example", "no python3 on this machine");
