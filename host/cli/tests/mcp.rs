@@ -337,6 +337,63 @@ fn cancelling_an_execute_kills_the_sleeping_tool() {
 }
 
 #[test]
+fn cancelling_an_execute_stops_a_component_tool_within_a_tick() {
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let tools = env.project.path().join(".ai/tools/demo");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::create_dir_all(env.project.path().join(".ai/state")).unwrap();
+    std::fs::copy(rye_test_artifacts::TOOL_PROBE, tools.join("counter.wasm")).unwrap();
+    std::fs::write(
+        tools.join("counter.yaml"),
+        "version: \"1.0.0\"\ntool_type: wasm_component\nexecutor_id: rye/core/runtimes/wasm/component\n\
+         category: demo\ndescription: Counts until stopped\nconfig:\n  component: counter.wasm\n  \
+         capabilities:\n    files: [{path: \"{project_path}/.ai/state\", access: write}]\n    \
+         limits: {deadline_ms: 600000}\n",
+    )
+    .unwrap();
+    env.rye(&["sign", "tool", "demo/counter"]);
+    let state = env.project.path().join(".ai/state");
+    let count = state.canonicalize().unwrap().join("count");
+    let read = || std::fs::read_to_string(&count).unwrap_or_default();
+    runtime().block_on(async {
+        let client = env.client().await;
+        let handle = client
+            .peer()
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(call(
+                    "execute",
+                    json!({"item_type": "tool", "item_id": "demo/counter", "project_path": env.project(),
+                           "parameters": {"do": "count", "path": count}}),
+                ))),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .unwrap();
+        let began = std::time::Instant::now();
+        while read().is_empty() {
+            assert!(began.elapsed() < Duration::from_secs(60), "the tool never began");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        handle.cancel(Some("the test is done waiting".into())).await.unwrap();
+        // Within a tick (100 ms) it stops; then the count stands still.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stopped = read();
+        assert!(stopped.parse::<u64>().is_ok(), "no count: {stopped:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(read(), stopped, "the tool ran on after its call was cancelled");
+
+        let ran = client
+            .call_tool(call("execute", json!({"item_type": "tool", "item_id": "demo/counter", "project_path": env.project(), "parameters": {"do": "echo", "value": 1}})))
+            .await
+            .unwrap();
+        assert_eq!(ran.structured_content.unwrap()["data"], json!({"echo": 1}));
+        client.cancel().await.unwrap();
+    });
+}
+
+#[test]
 fn an_async_execute_returns_at_once_and_outlives_its_client() {
     let env = Env::new();
     let gate = env.project.path().join("gate");

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::Component;
@@ -52,6 +53,9 @@ pub struct CommandGrants {
     /// and the project's path.
     pub item_id: String,
     pub project_path: Option<String>,
+    /// Set by whoever ran it to stop it: the engine stops the tool at its
+    /// next epoch tick (within 100 ms), wherever its code is.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Why a `tool`-world component gave no answer, as it said.
@@ -106,6 +110,8 @@ pub enum CommandStop {
     Deadline(Duration),
     Memory(usize),
     Output(usize),
+    /// Its caller stopped it.
+    Cancelled,
     /// Its own code failed; `denied` are the requests it sent that its
     /// grants did not allow (often why a tool gave up).
     Trap {
@@ -121,6 +127,7 @@ impl std::fmt::Display for CommandStop {
             Self::Deadline(d) => write!(f, "ran past its CPU deadline of {} ms", d.as_millis()),
             Self::Memory(cap) => write!(f, "used more memory than its cap of {cap} bytes"),
             Self::Output(cap) => write!(f, "wrote more than its output cap of {cap} bytes"),
+            Self::Cancelled => f.write_str("was cancelled by its caller"),
             Self::Trap {
                 message,
                 stderr,
@@ -256,6 +263,21 @@ impl ComponentHost {
         })?;
         let started = std::time::Instant::now();
         let mut store = self.deadline_store(state, grants.limits.deadline);
+        if let Some(cancel) = grants.cancel.clone() {
+            // Every tick asks whether the run was cancelled, and stops it
+            // at its deadline as the plain store would.
+            let until = started + grants.limits.deadline;
+            store.epoch_deadline_callback(move |_| {
+                Ok(
+                    if cancel.load(Ordering::Relaxed) || std::time::Instant::now() >= until {
+                        wasmtime::UpdateDeadline::Interrupt
+                    } else {
+                        wasmtime::UpdateDeadline::Continue(1)
+                    },
+                )
+            });
+            store.set_epoch_deadline(1);
+        }
         let ran = match &command.pre {
             Entry::Command(pre) => pre
                 .instantiate(&mut store)
@@ -282,11 +304,7 @@ impl ComponentHost {
         let stderr = data.stderr_text();
         // A wait on the network cut at the deadline is the deadline, however
         // the tool took the error.
-        if data
-            .net
-            .past_deadline
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if data.net.past_deadline.load(Ordering::Relaxed) {
             return Ok(Err(CommandStop::Deadline(grants.limits.deadline)));
         }
         let denied = data.net.denied.clone();
@@ -311,6 +329,13 @@ impl ComponentHost {
             }
             Err(e) => match e.downcast_ref::<I32Exit>() {
                 Some(exit) => (exit.0, None),
+                None if grants
+                    .cancel
+                    .as_ref()
+                    .is_some_and(|c| c.load(Ordering::Relaxed)) =>
+                {
+                    return Ok(Err(CommandStop::Cancelled));
+                }
                 None => {
                     return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
                         ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),

@@ -295,3 +295,47 @@ fn a_tool_world_component_is_held_to_the_same_limits() {
     assert!(matches!(stop, CommandStop::Trap { .. }), "{stop:?}");
     assert_serves(&host);
 }
+
+#[test]
+fn a_cancelled_run_stops_at_the_next_tick_wherever_its_code_is() {
+    let host = host();
+    for tool in [artifacts::TOOL_PROBE, artifacts::TYPED_PROBE] {
+        let loaded = host
+            .load_command(Path::new(tool), |_| Ok::<(), std::convert::Infallible>(()))
+            .unwrap()
+            .unwrap();
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut granted = grants();
+        granted.limits.deadline = Duration::from_secs(30);
+        granted.cancel = Some(std::sync::Arc::clone(&cancel));
+        let stopper = {
+            let cancel = std::sync::Arc::clone(&cancel);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+            })
+        };
+        let started = std::time::Instant::now();
+        let stop = host
+            .run_command(&loaded, &granted, br#"{"do": "loop"}"#.to_vec())
+            .unwrap()
+            .unwrap_err();
+        stopper.join().unwrap();
+        assert_eq!(stop, CommandStop::Cancelled, "{tool}");
+        assert!(stop.to_string().contains("cancelled"), "{stop}");
+        // Stopped by the cancel, far short of the 30 s deadline.
+        assert!(started.elapsed() < Duration::from_secs(20), "{tool}");
+        // A run whose flag is never set ends as it would have.
+        let mut granted = grants();
+        granted.cancel = Some(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            false,
+        )));
+        granted.limits.deadline = Duration::from_millis(300);
+        let stop = host
+            .run_command(&loaded, &granted, br#"{"do": "loop"}"#.to_vec())
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(stop, CommandStop::Deadline(Duration::from_millis(300)));
+    }
+    assert_serves(&host);
+}

@@ -14,7 +14,7 @@ use crate::{HostError, RyeConfig};
 /// The host. Share one per process (it is `Send + Sync`); it keeps the
 /// compiled components and every cache.
 pub struct Rye {
-    pub(crate) components: ComponentHost,
+    pub(crate) components: Arc<ComponentHost>,
     system_base: PathBuf,
     pub(crate) user_base: Option<PathBuf>,
     pub(crate) parses: Mutex<Generational<ParseKey, Outcome>>,
@@ -83,7 +83,7 @@ impl Rye {
         let components = ComponentHost::new(config.components)
             .map_err(|e| HostError::Engine(format!("{e:#}")))?;
         Ok(Self {
-            components,
+            components: Arc::new(components),
             system_base,
             user_base: config.user_base,
             parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),

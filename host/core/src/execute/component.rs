@@ -25,12 +25,14 @@
 //! or socket the item does not name reaches the tool.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rye_components::{CommandGrants, CommandStop, DirGrant, HostRule, Limits};
 use serde_json::{Map, Value, json};
 
-use super::{Ran, Stage, ToolRun, blocking};
+use super::{Ran, Stage, ToolRun};
 use crate::ErrorReply;
 use crate::chain::Chain;
 use crate::tool_component::component_path;
@@ -278,6 +280,15 @@ pub(crate) fn capabilities(
     })
 }
 
+/// Stops a tool's run when the future that waits for it is dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// What a tool was denied, naming the capability, if anything.
 fn denied(tool_id: &str, denied: &[String]) -> Option<String> {
     (!denied.is_empty()).then(|| {
@@ -372,8 +383,21 @@ impl ToolRun<'_> {
         });
         let stdin = serde_json::to_vec(&self.request.parameters).unwrap_or_default();
         let started = Instant::now();
-        let host = &self.rye.components;
-        let ran = blocking(|| host.run_command(&loaded, &grants, stdin))
+        // The run goes on a blocking thread while this future waits for it,
+        // so a caller who stops waiting (an MCP cancel, a runner told to
+        // stop) drops the future, and the guard stops the tool within a
+        // tick.
+        let cancel = Arc::new(AtomicBool::new(false));
+        grants.cancel = Some(Arc::clone(&cancel));
+        let _stop_if_dropped = StopOnDrop(cancel);
+        let host = Arc::clone(&self.rye.components);
+        let ran = tokio::task::spawn_blocking(move || host.run_command(&loaded, &grants, stdin))
+            .await
+            .map_err(|e| {
+                self.fail(ErrorReply::new(format!(
+                    "tool {tool_id:?}: its run ended abnormally: {e}"
+                )))
+            })?
             .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?;
         let duration = started.elapsed();
         Ok(match ran {
@@ -418,6 +442,7 @@ impl ToolRun<'_> {
                     CommandStop::Deadline(_) => "limits.deadline_ms",
                     CommandStop::Memory(_) => "limits.memory_bytes",
                     CommandStop::Output(_) => "limits.output_bytes",
+                    CommandStop::Cancelled => "its caller",
                     CommandStop::Trap { denied, .. } if !denied.is_empty() => "network.hosts",
                     CommandStop::Trap { .. } => "its own code",
                 };

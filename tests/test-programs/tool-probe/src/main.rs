@@ -20,6 +20,18 @@ fn main() {
         },
         "env" => serde_json::json!({"value": std::env::var(text("name")).ok(),
                                     "names": std::env::vars().map(|(k, _)| k).collect::<Vec<_>>()}),
+        // Writes a growing count to `path` for as long as it runs, each
+        // whole (written aside, then renamed over it).
+        "count" => {
+            let (path, aside) = (text("path"), format!("{}.next", text("path")));
+            let mut n: u64 = 0;
+            loop {
+                n += 1;
+                if n % 1000 == 0 && std::fs::write(&aside, n.to_string()).is_ok() {
+                    let _ = std::fs::rename(&aside, &path);
+                }
+            }
+        }
         "loop" => {
             let mut n: u64 = 0;
             loop {
