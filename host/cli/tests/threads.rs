@@ -410,6 +410,68 @@ fn cancel_stops_an_async_run_and_everything_it_started() {
 }
 
 #[test]
+fn a_component_tool_runs_async_in_its_thread_and_a_cancel_stops_it_in_the_engine() {
+    let env = Env::new();
+    let p = env.project.path();
+    let tools = p.join(".ai/tools/demo");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::create_dir_all(p.join(".ai/state/counter")).unwrap();
+    std::fs::copy(rye_test_artifacts::TOOL_PROBE, tools.join("counter.wasm")).unwrap();
+    std::fs::write(
+        tools.join("counter.yaml"),
+        "version: \"1.0.0\"\ntool_type: wasm_component\nexecutor_id: rye/core/runtimes/wasm/component\n\
+         category: demo\ndescription: Counts until stopped\nconfig:\n  component: counter.wasm\n  \
+         capabilities:\n    files: [{path: \"{project_path}/.ai/state/counter\", access: write}]\n    \
+         limits: {deadline_ms: 600000}\n",
+    )
+    .unwrap();
+    env.ok(&["sign", "tool", "demo/counter"]);
+    let start = |params: Value| {
+        let started = env.json(&[
+            "execute",
+            "tool",
+            "demo/counter",
+            "--async",
+            "--params",
+            &params.to_string(),
+        ]);
+        assert_eq!(started["status"], "success", "{started:#}");
+        (
+            started["thread_id"].as_str().unwrap().to_owned(),
+            started["pid"].as_u64().unwrap() as u32,
+        )
+    };
+    let (id, _) = start(json!({"do": "echo", "value": "async"}));
+    let done = env.json(&["threads", "wait", &id, "--timeout", "60"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["data"], json!({"echo": "async"}), "{done:#}");
+
+    let count = p
+        .join(".ai/state/counter")
+        .canonicalize()
+        .unwrap()
+        .join("count");
+    let (id, runner) = start(json!({"do": "count", "path": count}));
+    let began = Instant::now();
+    while !count.exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the count never began"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Given time, the runner stops the run itself: the engine interrupts
+    // the tool, no process to signal.
+    let cancelled = env.json(&["threads", "cancel", &id, "--grace", "10"]);
+    assert_eq!(cancelled["outcome"], "stopped", "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+    assert!(rye_test_artifacts::process_dies_soon(runner));
+    let stopped = std::fs::read_to_string(&count).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), stopped);
+}
+
+#[test]
 fn an_async_runner_killed_mid_run_is_marked_killed_and_leaves_nothing() {
     let env = Env::new();
     let marker = env.project.path().join("grandchild.pid");

@@ -262,7 +262,7 @@ impl ComponentHost {
             kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
         })?;
         let started = std::time::Instant::now();
-        let mut store = self.deadline_store(state, grants.limits.deadline);
+        let mut store = Reaped(Some(self.deadline_store(state, grants.limits.deadline)));
         if let Some(cancel) = grants.cancel.clone() {
             // Every tick asks whether the run was cancelled, and stops it
             // at its deadline as the plain store would.
@@ -280,8 +280,8 @@ impl ComponentHost {
         }
         let ran = match &command.pre {
             Entry::Command(pre) => pre
-                .instantiate(&mut store)
-                .and_then(|cli| cli.wasi_cli_run().call_run(&mut store))
+                .instantiate(&mut *store)
+                .and_then(|cli| cli.wasi_cli_run().call_run(&mut *store))
                 .map(|ran| ran.map(|()| None)),
             Entry::Tool(pre) => {
                 let call = running::Call {
@@ -289,8 +289,8 @@ impl ComponentHost {
                     parameters: String::from_utf8_lossy(&stdin_copy).into_owned(),
                     project_path: grants.project_path.clone(),
                 };
-                pre.instantiate(&mut store)
-                    .and_then(|tool| tool.rye_plugin_running().call_run(&mut store, &call))
+                pre.instantiate(&mut *store)
+                    .and_then(|tool| tool.rye_plugin_running().call_run(&mut *store, &call))
                     .map(|answer| Ok(Some(answer)))
             }
         };
@@ -365,5 +365,45 @@ impl ComponentHost {
             denied,
             error,
         }))
+    }
+}
+
+/// A run's store, dropped on a thread of its own once the run's answer
+/// is taken: dropping it resets the instance's pooled memory, which
+/// takes longer than a small tool's whole run, and nobody waits for it.
+struct Reaped(Option<wasmtime::Store<CallState>>);
+
+impl std::ops::Deref for Reaped {
+    type Target = wasmtime::Store<CallState>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("taken only on drop")
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("taken only on drop")
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        static REAPER: std::sync::LazyLock<
+            Option<std::sync::mpsc::Sender<wasmtime::Store<CallState>>>,
+        > = std::sync::LazyLock::new(|| {
+            let (send, receive) = std::sync::mpsc::channel::<wasmtime::Store<CallState>>();
+            std::thread::Builder::new()
+                .name("rye-store-reaper".into())
+                .spawn(move || receive.into_iter().for_each(drop))
+                .ok()
+                .map(|_| send)
+        });
+        if let Some(store) = self.0.take()
+            && let Some(Err(unsent)) = REAPER.as_ref().map(|reaper| reaper.send(store))
+        {
+            // No reaper: dropped here.
+            drop(unsent.0);
+        }
     }
 }

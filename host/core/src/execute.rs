@@ -746,9 +746,7 @@ impl<'a> ToolRun<'a> {
             return Ok(self.record(&chain, &lock, ran));
         }
         if chain.primitive().item_id == COMPONENT_PRIMITIVE {
-            if let Some(begun) = self.begun.take() {
-                begun.wait().await;
-            }
+            // It waits for the record itself, if it can have effects.
             let ran = self.run_component(&chain).await?;
             return Ok(self.record(&chain, &lock, ran));
         }

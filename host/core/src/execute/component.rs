@@ -381,6 +381,16 @@ impl ToolRun<'_> {
             memory_bytes: grants.limits.memory as u64,
             output_bytes: grants.output_cap as u64,
         });
+        // A tool that can change something (a folder it may write, a host
+        // it may send to) starts once its thread's record names it, as a
+        // process does; one that can only read and answer has nothing a
+        // record must name first, and does not wait.
+        let effects = grants.dirs.iter().any(|d| d.writable) || !grants.hosts.is_empty();
+        if let Some(begun) = self.begun.take()
+            && effects
+        {
+            begun.wait().await;
+        }
         let stdin = serde_json::to_vec(&self.request.parameters).unwrap_or_default();
         let started = Instant::now();
         // The run goes on a blocking thread while this future waits for it,
