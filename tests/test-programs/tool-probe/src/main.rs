@@ -27,7 +27,7 @@ fn main() {
             let mut n: u64 = 0;
             loop {
                 n += 1;
-                if n % 1000 == 0 && std::fs::write(&aside, n.to_string()).is_ok() {
+                if n.is_multiple_of(1000) && std::fs::write(&aside, n.to_string()).is_ok() {
                     let _ = std::fs::rename(&aside, &path);
                 }
             }
