@@ -182,6 +182,7 @@ impl CallState {
         state.net = crate::net::NetHooks::new(
             grants.hosts.clone().into(),
             std::time::Instant::now() + grants.limits.deadline,
+            grants.cancel.clone(),
         );
         Ok(state)
     }
@@ -307,6 +308,15 @@ impl ComponentHost {
         if data.net.past_deadline.load(Ordering::Relaxed) {
             return Ok(Err(CommandStop::Deadline(grants.limits.deadline)));
         }
+        // A run its caller cancelled is cancelled, whether the engine
+        // stopped it or a wait on the network was cut.
+        if grants
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Ok(Err(CommandStop::Cancelled));
+        }
         let denied = data.net.denied.clone();
         let (exit_code, error) = match ran {
             Ok(Ok(None)) => (0, None),
@@ -329,13 +339,6 @@ impl ComponentHost {
             }
             Err(e) => match e.downcast_ref::<I32Exit>() {
                 Some(exit) => (exit.0, None),
-                None if grants
-                    .cancel
-                    .as_ref()
-                    .is_some_and(|c| c.load(Ordering::Relaxed)) =>
-                {
-                    return Ok(Err(CommandStop::Cancelled));
-                }
                 None => {
                     return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
                         ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),

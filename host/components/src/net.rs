@@ -95,11 +95,15 @@ impl HostRule {
     }
 }
 
+/// How often a wait on the network looks at the run's cancel flag.
+const CANCEL_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The network side of one run: what it may reach, until when, and what
 /// it asked for and was denied.
 pub(crate) struct NetHooks {
     allowed: Arc<[HostRule]>,
     until: Instant,
+    cancel: Option<Arc<AtomicBool>>,
     /// Each request denied, as `scheme://host:port`.
     pub(crate) denied: Vec<String>,
     /// Set when a request or a response body was cut at the deadline.
@@ -109,13 +113,18 @@ pub(crate) struct NetHooks {
 impl NetHooks {
     /// Nothing reachable.
     pub(crate) fn none() -> Self {
-        Self::new(Arc::from([]), Instant::now())
+        Self::new(Arc::from([]), Instant::now(), None)
     }
 
-    pub(crate) fn new(allowed: Arc<[HostRule]>, until: Instant) -> Self {
+    pub(crate) fn new(
+        allowed: Arc<[HostRule]>,
+        until: Instant,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> Self {
         Self {
             allowed,
             until,
+            cancel,
             denied: Vec::new(),
             past_deadline: Arc::new(AtomicBool::new(false)),
         }
@@ -146,26 +155,30 @@ impl WasiHttpHooks for NetHooks {
             self.denied.push(format!("{scheme}://{host}:{port}"));
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
-        let until = tokio::time::Instant::from_std(self.until);
-        let past_deadline = Arc::clone(&self.past_deadline);
+        let watch = Watch {
+            until: self.until,
+            cancel: self.cancel.clone(),
+            past_deadline: Arc::clone(&self.past_deadline),
+        };
         Box::new(async move {
-            let sent = tokio::time::timeout_at(
-                until,
-                wasmtime_wasi_http::default_send_request(request, options),
-            )
-            .await;
-            let (response, io) = match sent {
-                Ok(sent) => sent?,
-                Err(_) => {
-                    past_deadline.store(true, Ordering::Relaxed);
-                    return Err(Error::ConnectionReadTimeout);
+            let send = wasmtime_wasi_http::default_send_request(request, options);
+            tokio::pin!(send);
+            let mut checks = tokio::time::interval(CANCEL_CHECK);
+            let (response, io) = loop {
+                tokio::select! {
+                    sent = &mut send => break sent?,
+                    _ = checks.tick() => {
+                        if watch.ended() {
+                            return Err(Error::ConnectionReadTimeout);
+                        }
+                    }
                 }
             };
             let response = response.map(|body| {
                 Cut {
                     inner: body.boxed_unsync(),
-                    at: Box::pin(tokio::time::sleep_until(until)),
-                    past_deadline,
+                    checks: tokio::time::interval(CANCEL_CHECK),
+                    watch,
                 }
                 .boxed_unsync()
             });
@@ -174,11 +187,38 @@ impl WasiHttpHooks for NetHooks {
     }
 }
 
-/// A response body that ends in an error at the run's deadline.
+/// What ends a run's wait on the network: its deadline, or its cancel.
+struct Watch {
+    until: Instant,
+    cancel: Option<Arc<AtomicBool>>,
+    past_deadline: Arc<AtomicBool>,
+}
+
+impl Watch {
+    /// Whether the wait is to end now; a deadline passed is noted, so the
+    /// run is reported as stopped by it.
+    fn ended(&self) -> bool {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return true;
+        }
+        let past = Instant::now() >= self.until;
+        if past {
+            self.past_deadline.store(true, Ordering::Relaxed);
+        }
+        past
+    }
+}
+
+/// A response body that ends in an error at the run's deadline or
+/// cancel.
 struct Cut {
     inner: WasiBody,
-    at: Pin<Box<tokio::time::Sleep>>,
-    past_deadline: Arc<AtomicBool>,
+    checks: tokio::time::Interval,
+    watch: Watch,
 }
 
 impl Body for Cut {
@@ -189,9 +229,10 @@ impl Body for Cut {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
-        if self.at.as_mut().poll(cx).is_ready() {
-            self.past_deadline.store(true, Ordering::Relaxed);
-            return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+        while self.checks.poll_tick(cx).is_ready() {
+            if self.watch.ended() {
+                return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+            }
         }
         Pin::new(&mut self.inner).poll_frame(cx)
     }

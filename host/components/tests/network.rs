@@ -202,3 +202,26 @@ fn a_server_that_stalls_cannot_hold_a_run_past_its_deadline() {
         200
     );
 }
+
+#[test]
+fn a_cancel_cuts_a_wait_on_the_network() {
+    let host = ComponentHost::new(HostConfig::default()).unwrap();
+    for answer in [Answer::Stall, Answer::Trickle] {
+        let server = serve(answer);
+        let mut granted = grants(&[format!("127.0.0.1:{}", server.port)]);
+        granted.limits.deadline = Duration::from_secs(60);
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        granted.cancel = Some(Arc::clone(&cancel));
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            cancel.store(true, Ordering::Relaxed);
+        });
+        let started = std::time::Instant::now();
+        let url = format!("http://127.0.0.1:{}/", server.port);
+        let stop = fetch(&host, &granted, &url).unwrap_err();
+        stopper.join().unwrap();
+        assert_eq!(stop, CommandStop::Cancelled);
+        // Cut by the cancel, far short of the minute's deadline.
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+}
