@@ -90,10 +90,11 @@ impl Threads {
         .cloned()
     }
 
-    /// Starts recording a run of `item_id` with `parameters`: the record
-    /// is written while the run's chain is checked and planned; the run's
-    /// effects wait for it (see [`Recording::begun`]). Needs a tokio
-    /// runtime.
+    /// Starts recording a run of `item_id` with `parameters`. The start
+    /// is written when something waits for it (a run about to have
+    /// effects; see [`Recording::begun`]) or once the run has gone on for
+    /// [`WHOLE_WITHIN`]; a run that ends before either is recorded whole,
+    /// in one transaction, at its end. Needs a tokio runtime.
     pub(crate) fn start(
         self: &Arc<Self>,
         project: &Path,
@@ -115,23 +116,36 @@ impl Threads {
         let threads = self.clone();
         let project = project.to_owned();
         let (begun, written) = tokio::sync::watch::channel(false);
-        let started = tokio::spawn(async move {
-            let recorder = threads.recorder(&project).await;
-            let started = match recorder {
-                Ok(recorder) => match recorder.registry.start(new).await {
-                    Ok(_) => Ok(recorder),
-                    Err(e) => Err(e.to_string()),
-                },
-                Err(e) => Err(e),
-            };
-            begun.send_replace(true);
-            started
-        });
+        let claim = Arc::new(Claim::default());
+        let started_at = rye_threads::now_ms();
+        let task = {
+            let (claim, new) = (claim.clone(), new.clone());
+            tokio::spawn(async move {
+                let recorder = threads.recorder(&project).await;
+                tokio::select! {
+                    () = tokio::time::sleep(WHOLE_WITHIN) => {}
+                    () = claim.wake.notified() => {}
+                }
+                let started = match recorder {
+                    // The run ended first: its end records it whole.
+                    Ok(recorder) if !claim.take(STARTED) => Ok(recorder),
+                    Ok(recorder) => match recorder.registry.start(new).await {
+                        Ok(_) => Ok(recorder),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    Err(e) => Err(e),
+                };
+                begun.send_replace(true);
+                started
+            })
+        };
         Recording {
             id,
-            started: Some(started),
+            started: Some(task),
             begun: written,
             writing: self.writing.clone(),
+            claim,
+            whole: Some((new, started_at)),
         }
     }
 
@@ -148,6 +162,38 @@ impl Threads {
 
 type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 
+/// How long a run may go on before its start is written even though
+/// nothing waits for it, so a longer run is seen running.
+const WHOLE_WITHIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Who writes a run's first record: the start (a row `running`, ended
+/// later) or the end (the whole run at once). Whichever takes it first.
+#[derive(Default)]
+pub(crate) struct Claim {
+    taken: std::sync::atomic::AtomicU8,
+    /// Wakes the start's writer: something waits for the record, or the
+    /// run ended.
+    wake: tokio::sync::Notify,
+}
+
+const UNTAKEN: u8 = 0;
+const STARTED: u8 = 1;
+const WHOLE: u8 = 2;
+
+impl Claim {
+    /// Takes the first record for `who`; false when the other has it.
+    fn take(&self, who: u8) -> bool {
+        use std::sync::atomic::Ordering;
+        match self
+            .taken
+            .compare_exchange(UNTAKEN, who, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(taken) => taken == who,
+        }
+    }
+}
+
 /// A run being recorded. Ending it is the run's last step; dropped
 /// unended, it is recorded as cancelled.
 pub(crate) struct Recording {
@@ -156,18 +202,22 @@ pub(crate) struct Recording {
     /// Turns true once the thread's record is written (or failed to be).
     begun: tokio::sync::watch::Receiver<bool>,
     writing: Writing,
+    claim: Arc<Claim>,
+    /// The thread as started, and when, for a run recorded whole.
+    whole: Option<(NewThread, i64)>,
 }
 
 /// Waits until a run's thread record is written: what a run does that
 /// outlives it (a process, a request, a call) waits for this, so nothing
 /// starts that a killed host leaves without a record naming it.
 #[derive(Clone)]
-pub(crate) struct Begun(tokio::sync::watch::Receiver<bool>);
+pub(crate) struct Begun(tokio::sync::watch::Receiver<bool>, Arc<Claim>);
 
 impl Begun {
     /// Done when the record is written or could not be (the run then goes
     /// on unrecorded, with a warning at its end).
     pub(crate) async fn wait(mut self) {
+        self.1.wake.notify_one();
         let _ = self.0.wait_for(|written| *written).await;
     }
 }
@@ -182,11 +232,15 @@ impl Recording {
     /// The recording of a thread already started (by the host that handed
     /// this one the run).
     pub(crate) fn resumed(threads: &Threads, id: String, recorder: Arc<Recorder>) -> Self {
+        let claim = Arc::new(Claim::default());
+        claim.take(STARTED);
         Self {
             id,
             started: Some(tokio::spawn(async move { Ok(recorder) })),
             begun: tokio::sync::watch::channel(true).1,
             writing: threads.writing.clone(),
+            claim,
+            whole: None,
         }
     }
 
@@ -196,7 +250,16 @@ impl Recording {
 
     /// What waits for the thread's record to be written.
     pub(crate) fn begun(&self) -> Begun {
-        Begun(self.begun.clone())
+        Begun(self.begun.clone(), self.claim.clone())
+    }
+
+    /// The thread as started, if its end is to record it whole (nothing
+    /// has written its start): the start's writer is told to stand down.
+    fn take_whole(&mut self) -> Option<(NewThread, i64)> {
+        let whole = self.whole.take()?;
+        let taken = self.claim.take(WHOLE);
+        self.claim.wake.notify_one();
+        taken.then_some(whole)
     }
 
     /// Ends the thread with the status `result` shows, storing the result:
@@ -204,6 +267,7 @@ impl Recording {
     /// this returns (this host's readers wait for it; see
     /// [`Threads::flush`]). An error when the thread could not be recorded.
     pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
+        let whole = self.take_whole();
         let Some(started) = self.started.take() else {
             return Ok(());
         };
@@ -216,7 +280,7 @@ impl Recording {
         };
         let result = result.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = store(&recorder, &id, status, result).await {
+            if let Err(e) = store(&recorder, &id, status, result, whole).await {
                 tracing::warn!("thread {id}: {e}");
             }
         });
@@ -225,8 +289,15 @@ impl Recording {
     }
 }
 
-/// Stores `result` and ends thread `id` with `status`.
-async fn store(recorder: &Recorder, id: &str, status: Status, result: Value) -> Result<(), String> {
+/// Stores `result` and ends thread `id` with `status`; records it whole
+/// when `whole` is the thread as started.
+async fn store(
+    recorder: &Recorder,
+    id: &str,
+    status: Status,
+    result: Value,
+    whole: Option<(NewThread, i64)>,
+) -> Result<(), String> {
     let error = result
         .get("error")
         .and_then(Value::as_str)
@@ -243,24 +314,38 @@ async fn store(recorder: &Recorder, id: &str, status: Status, result: Value) -> 
         Ok(hash) => (Some(hash.hex()), None),
         Err(e) => (None, Some(format!("the result was not stored: {e}"))),
     };
-    recorder
-        .registry
-        .finish(
-            id,
-            Ending {
-                status,
-                result_hash,
-                error: error.or(store_error.clone()),
-                chain,
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let ending = Ending {
+        status,
+        result_hash,
+        error: error.or(store_error.clone()),
+        chain,
+    };
+    end_thread(recorder, id, ending, whole).await?;
     store_error.map_or(Ok(()), Err)
+}
+
+/// Ends thread `id`, or records it whole when `whole` is the thread as
+/// started.
+async fn end_thread(
+    recorder: &Recorder,
+    id: &str,
+    ending: Ending,
+    whole: Option<(NewThread, i64)>,
+) -> Result<(), String> {
+    match whole {
+        Some((new, started_at)) => recorder
+            .registry
+            .record(new, started_at, ending)
+            .await
+            .map(|_| ()),
+        None => recorder.registry.finish(id, ending).await,
+    }
+    .map_err(|e| e.to_string())
 }
 
 impl Drop for Recording {
     fn drop(&mut self) {
+        let whole = self.take_whole();
         let Some(started) = self.started.take() else {
             return;
         };
@@ -276,7 +361,7 @@ impl Drop for Recording {
                 let Ok(recorder) = joined(started).await else {
                     return;
                 };
-                if let Err(e) = recorder.registry.finish(&id, ending).await {
+                if let Err(e) = end_thread(&recorder, &id, ending, whole).await {
                     tracing::warn!("thread {id}: {e}");
                 }
             });

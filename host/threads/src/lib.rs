@@ -232,7 +232,8 @@ pub struct Registry {
     path: PathBuf,
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch, as the registry's times are kept.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -331,32 +332,34 @@ impl Registry {
     /// Records a new running thread; its id.
     pub async fn start(&self, new: NewThread) -> Result<String, ThreadError> {
         let id = new.thread_id.clone().unwrap_or_else(new_thread_id);
-        let process = new.process.clone().or_else(ProcessIdentity::current);
+        let recorded = id.clone();
         let now = now_ms();
-        let chain = new.chain.to_string();
+        self.run(move |conn| {
+            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+            insert_running(&tx, &recorded, &new, now)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Records a whole run at once, started at `started_at` (ms since the
+    /// epoch) and ended now: one transaction instead of two, for a run
+    /// that ended before anyone needed to see it running. Its events are
+    /// the same as a thread started and finished.
+    pub async fn record(
+        &self,
+        new: NewThread,
+        started_at: i64,
+        ending: Ending,
+    ) -> Result<String, ThreadError> {
+        let id = new.thread_id.clone().unwrap_or_else(new_thread_id);
         let recorded = id.clone();
         self.run(move |conn| {
             let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-            tx.prepare_cached(
-                "INSERT INTO threads (thread_id, parent_id, item_type, item_id, params_hash, chain, status, \
-                 execution_mode, created_at, updated_at, pid, pid_start, boot_id) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?8, ?9, ?10, ?11)",
-            )?
-            .execute(params![
-                recorded,
-                new.parent_id,
-                new.item_type,
-                new.item_id,
-                new.params_hash,
-                chain,
-                new.execution_mode,
-                now,
-                process.as_ref().map(|p| i64::from(p.pid)),
-                process.as_ref().map(|p| p.start_ticks as i64),
-                process.as_ref().map(|p| p.boot_id.clone()),
-            ])?;
-            let detail = json!({"pid": process.as_ref().map(|p| p.pid)});
-            append_event(&tx, &recorded, now, "started", &detail)?;
+            insert_running(&tx, &recorded, &new, started_at)?;
+            end_running(&tx, &recorded, &ending, now_ms().max(started_at))?;
             tx.commit()?;
             Ok(())
         })
@@ -392,32 +395,10 @@ impl Registry {
     /// Ends a running thread. Refused when it is not running any more.
     pub async fn finish(&self, id: &str, ending: Ending) -> Result<(), ThreadError> {
         let thread = id.to_owned();
-        let chain = ending.chain.as_ref().map(Value::to_string);
         let changed = self
             .run(move |conn| {
-                let now = now_ms();
                 let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-                let changed = tx
-                    .prepare_cached(
-                        "UPDATE threads SET status = ?1, finished_at = ?2, updated_at = ?2, result_hash = ?3, \
-                         error = ?4, chain = COALESCE(?5, chain) WHERE thread_id = ?6 AND status = 'running'",
-                    )?
-                    .execute(params![
-                        ending.status.as_str(),
-                        now,
-                        ending.result_hash,
-                        ending.error,
-                        chain,
-                        thread
-                    ])?;
-                if changed > 0 {
-                    let detail = json!({
-                        "status": ending.status,
-                        "result_hash": ending.result_hash,
-                        "error": ending.error,
-                    });
-                    append_event(&tx, &thread, now, "finished", &detail)?;
-                }
+                let changed = end_running(&tx, &thread, &ending, now_ms())?;
                 tx.commit()?;
                 Ok(changed)
             })
@@ -598,6 +579,70 @@ impl Registry {
 }
 
 /// Appends an event to `thread`'s log; its sequence number.
+/// Inserts thread `id` as running since `at`, with its `started` event.
+fn insert_running(
+    conn: &Connection,
+    id: &str,
+    new: &NewThread,
+    at: i64,
+) -> Result<(), ThreadError> {
+    let process = new.process.clone().or_else(ProcessIdentity::current);
+    conn.prepare_cached(
+        "INSERT INTO threads (thread_id, parent_id, item_type, item_id, params_hash, chain, status, \
+         execution_mode, created_at, updated_at, pid, pid_start, boot_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        id,
+        new.parent_id,
+        new.item_type,
+        new.item_id,
+        new.params_hash,
+        new.chain.to_string(),
+        new.execution_mode,
+        at,
+        process.as_ref().map(|p| i64::from(p.pid)),
+        process.as_ref().map(|p| p.start_ticks as i64),
+        process.as_ref().map(|p| p.boot_id.clone()),
+    ])?;
+    let detail = json!({"pid": process.as_ref().map(|p| p.pid)});
+    append_event(conn, id, at, "started", &detail)?;
+    Ok(())
+}
+
+/// Ends running thread `id` at `at` as `ending` says, with its
+/// `finished` event; how many rows changed (0: it was not running).
+fn end_running(
+    conn: &Connection,
+    id: &str,
+    ending: &Ending,
+    at: i64,
+) -> Result<usize, ThreadError> {
+    let chain = ending.chain.as_ref().map(Value::to_string);
+    let changed = conn
+        .prepare_cached(
+            "UPDATE threads SET status = ?1, finished_at = ?2, updated_at = ?2, result_hash = ?3, \
+             error = ?4, chain = COALESCE(?5, chain) WHERE thread_id = ?6 AND status = 'running'",
+        )?
+        .execute(params![
+            ending.status.as_str(),
+            at,
+            ending.result_hash,
+            ending.error,
+            chain,
+            id
+        ])?;
+    if changed > 0 {
+        let detail = json!({
+            "status": ending.status,
+            "result_hash": ending.result_hash,
+            "error": ending.error,
+        });
+        append_event(conn, id, at, "finished", &detail)?;
+    }
+    Ok(changed)
+}
+
 fn append_event(
     conn: &Connection,
     thread: &str,

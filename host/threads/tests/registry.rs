@@ -299,3 +299,41 @@ async fn many_hosts_creating_one_registry_at_once_all_open_it() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_whole_run_recorded_at_once_reads_as_one_started_and_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let mut new = new_thread("demo/quick");
+    new.thread_id = Some("quick-1".into());
+    let started_at = 1_700_000_000_000;
+    let id = registry
+        .record(new, started_at, completed("cd"))
+        .await
+        .unwrap();
+    assert_eq!(id, "quick-1");
+    let done = registry.get(&id).await.unwrap().unwrap();
+    assert_eq!(done.status, Status::Completed);
+    assert_eq!(done.result_hash.as_deref(), Some("cd"));
+    assert_eq!(done.created_at, started_at);
+    assert!(done.finished_at.unwrap() >= started_at);
+    let events = registry.events(&id, 0).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["started", "finished"]
+    );
+    assert_eq!(events[0].at, started_at);
+    // Recorded once: the same id again is refused, and it is not running.
+    let mut again = new_thread("demo/quick");
+    again.thread_id = Some("quick-1".into());
+    assert!(
+        registry
+            .record(again, started_at, completed("ef"))
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        registry.finish(&id, completed("ef")).await,
+        Err(ThreadError::NotRunning { .. })
+    ));
+}
