@@ -107,7 +107,6 @@ impl LocalStorage {
             return Ok(());
         }
         let dir = target.parent().unwrap_or(&self.root);
-        std::fs::create_dir_all(dir)?;
         let name = target
             .file_name()
             .and_then(|n| n.to_str())
@@ -118,10 +117,21 @@ impl LocalStorage {
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let written = (|| {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&temp)?;
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&temp)
+            };
+            // The folder is made only when it is missing: trying to make
+            // one that is there costs as much as the write.
+            let mut file = match open() {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(dir)?;
+                    open()?
+                }
+                opened => opened?,
+            };
             file.write_all(bytes)?;
             std::fs::rename(&temp, &target)
         })();
