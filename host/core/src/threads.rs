@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rye_cas::{Cas, LocalStorage};
-use rye_threads::{Ending, NewThread, Registry, Status};
+use rye_threads::{Ended, Ending, NewThread, Registry, Status};
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 
@@ -26,6 +26,23 @@ pub fn state_dir(project: &Path) -> PathBuf {
 pub(crate) struct Recorder {
     pub registry: Registry,
     pub cas: Cas<LocalStorage>,
+    /// Runs that ended, waiting to be written together.
+    pending: Mutex<Pending>,
+}
+
+/// Ended runs not yet written, and whether a writer is on its way.
+#[derive(Default)]
+struct Pending {
+    runs: Vec<Finished>,
+    writer: bool,
+}
+
+/// A run that ended, as its record will say.
+struct Finished {
+    id: String,
+    status: Status,
+    result: Value,
+    whole: Option<(NewThread, i64)>,
 }
 
 type Slot = Arc<OnceCell<Arc<Recorder>>>;
@@ -46,7 +63,11 @@ pub(crate) struct Threads {
     open: Mutex<HashMap<PathBuf, Slot>>,
     /// Records being written after their runs returned.
     writing: Writing,
+    /// Tells the writers waiting to group records to write now.
+    hurry: Hurry,
 }
+
+type Hurry = Arc<tokio::sync::watch::Sender<()>>;
 
 /// The parameters' address: SHA-256 of their canonical JSON.
 pub(crate) fn params_hash(parameters: &Value) -> String {
@@ -59,6 +80,7 @@ impl Threads {
             enabled,
             open: Mutex::default(),
             writing: Arc::default(),
+            hurry: Arc::new(tokio::sync::watch::channel(()).0),
         }
     }
 
@@ -84,6 +106,7 @@ impl Threads {
             Ok(Arc::new(Recorder {
                 registry,
                 cas: Cas::new(LocalStorage::new(state.join("objects"))),
+                pending: Mutex::default(),
             }))
         })
         .await
@@ -144,6 +167,7 @@ impl Threads {
             started: Some(task),
             begun: written,
             writing: self.writing.clone(),
+            hurry: self.hurry.clone(),
             claim,
             whole: Some((new, started_at)),
         }
@@ -152,6 +176,7 @@ impl Threads {
     /// Waits until the records of the runs that returned are written: for
     /// a reader that must see them, and a process about to exit.
     pub(crate) async fn flush(&self) {
+        self.hurry.send_replace(());
         let pending =
             std::mem::take(&mut *self.writing.lock().expect("records being written lock"));
         for task in pending {
@@ -202,6 +227,7 @@ pub(crate) struct Recording {
     /// Turns true once the thread's record is written (or failed to be).
     begun: tokio::sync::watch::Receiver<bool>,
     writing: Writing,
+    hurry: Hurry,
     claim: Arc<Claim>,
     /// The thread as started, and when, for a run recorded whole.
     whole: Option<(NewThread, i64)>,
@@ -239,6 +265,7 @@ impl Recording {
             started: Some(tokio::spawn(async move { Ok(recorder) })),
             begun: tokio::sync::watch::channel(true).1,
             writing: threads.writing.clone(),
+            hurry: threads.hurry.clone(),
             claim,
             whole: None,
         }
@@ -264,7 +291,8 @@ impl Recording {
 
     /// Ends the thread with the status `result` shows, storing the result:
     /// once the thread is known to be recorded, the writing goes on after
-    /// this returns (this host's readers wait for it; see
+    /// this returns, grouped with the other runs that end within
+    /// [`GROUP_WITHIN`] (this host's readers wait for it; see
     /// [`Threads::flush`]). An error when the thread could not be recorded.
     pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
         let whole = self.take_whole();
@@ -272,32 +300,82 @@ impl Recording {
             return Ok(());
         };
         let recorder = joined(started).await?;
-        let id = self.id.clone();
         let status = match result.get("status").and_then(Value::as_str) {
             Some("success") => Status::Completed,
             _ if timed_out => Status::TimedOut,
             _ => Status::Error,
         };
-        let result = result.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = store(&recorder, &id, status, result, whole).await {
-                tracing::warn!("thread {id}: {e}");
-            }
-        });
-        writing(&self.writing, task);
+        let finished = Finished {
+            id: self.id.clone(),
+            status,
+            result: result.clone(),
+            whole,
+        };
+        let first = {
+            let mut pending = recorder.pending.lock().expect("pending records lock");
+            pending.runs.push(finished);
+            !std::mem::replace(&mut pending.writer, true)
+        };
+        if first {
+            let mut hurried = self.hurry.subscribe();
+            let task = tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(GROUP_WITHIN) => {}
+                    _ = hurried.changed() => {}
+                }
+                write_pending(&recorder).await;
+            });
+            writing(&self.writing, task);
+        }
         Ok(())
     }
 }
 
-/// Stores `result` and ends thread `id` with `status`; records it whole
-/// when `whole` is the thread as started.
-async fn store(
-    recorder: &Recorder,
-    id: &str,
-    status: Status,
-    result: Value,
-    whole: Option<(NewThread, i64)>,
-) -> Result<(), String> {
+/// How long the first of the runs that ended waits for others to end, so
+/// their records are written in one transaction. Readers in this host
+/// never wait for it (they hurry the writer); another process reading the
+/// registry sees a run that ended this much later at most.
+const GROUP_WITHIN: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Writes the runs that ended: each result stored, then every thread
+/// ended in one transaction; if that fails, each alone, so no run loses
+/// its record to another's.
+async fn write_pending(recorder: &Recorder) {
+    let runs = {
+        let mut pending = recorder.pending.lock().expect("pending records lock");
+        pending.writer = false;
+        std::mem::take(&mut pending.runs)
+    };
+    let mut ended = Vec::with_capacity(runs.len());
+    for run in runs {
+        let ending = stored(recorder, &run.id, run.status, run.result).await;
+        ended.push(Ended {
+            id: run.id,
+            ending,
+            whole: run.whole,
+        });
+    }
+    match recorder.registry.end_all(ended.clone()).await {
+        Ok(answers) => {
+            for (run, answer) in ended.iter().zip(answers) {
+                if let Err(e) = answer {
+                    tracing::warn!("thread {}: {e}", run.id);
+                }
+            }
+        }
+        Err(_) => {
+            for run in ended {
+                if let Err(e) = end_thread(recorder, &run.id, run.ending, run.whole).await {
+                    tracing::warn!("thread {}: {e}", run.id);
+                }
+            }
+        }
+    }
+}
+
+/// Stores `result` as thread `id`'s result object; how the thread ends
+/// with `status` (an error saying the result was not stored, if so).
+async fn stored(recorder: &Recorder, id: &str, status: Status, result: Value) -> Ending {
     let error = result
         .get("error")
         .and_then(Value::as_str)
@@ -312,16 +390,18 @@ async fn store(
         .await;
     let (result_hash, store_error) = match stored {
         Ok(hash) => (Some(hash.hex()), None),
-        Err(e) => (None, Some(format!("the result was not stored: {e}"))),
+        Err(e) => {
+            let why = format!("the result was not stored: {e}");
+            tracing::warn!("thread {id}: {why}");
+            (None, Some(why))
+        }
     };
-    let ending = Ending {
+    Ending {
         status,
         result_hash,
-        error: error.or(store_error.clone()),
+        error: error.or(store_error),
         chain,
-    };
-    end_thread(recorder, id, ending, whole).await?;
-    store_error.map_or(Ok(()), Err)
+    }
 }
 
 /// Ends thread `id`, or records it whole when `whole` is the thread as

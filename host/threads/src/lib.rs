@@ -184,6 +184,16 @@ pub struct Ending {
     pub chain: Option<Value>,
 }
 
+/// A run to end, for [`Registry::end_all`].
+#[derive(Debug, Clone)]
+pub struct Ended {
+    pub id: String,
+    pub ending: Ending,
+    /// The run as started and when (ms since the epoch), when nothing
+    /// recorded its start: it is recorded whole.
+    pub whole: Option<(NewThread, i64)>,
+}
+
 /// The schema, one step per version (`PRAGMA user_version`).
 const MIGRATIONS: &[&str] = &[r"
 CREATE TABLE threads (
@@ -355,16 +365,56 @@ impl Registry {
         ending: Ending,
     ) -> Result<String, ThreadError> {
         let id = new.thread_id.clone().unwrap_or_else(new_thread_id);
-        let recorded = id.clone();
+        let ended = Ended {
+            id: id.clone(),
+            ending,
+            whole: Some((new, started_at)),
+        };
+        let mut answers = self.end_all(vec![ended]).await?;
+        answers.pop().unwrap_or(Ok(()))?;
+        Ok(id)
+    }
+
+    /// Ends every run of `ended` in one transaction: each started one is
+    /// finished, each given whole is recorded whole. A registry's commit
+    /// rewrites every page it touched, most of them the same for every
+    /// run, so a host that ends runs faster than it can commit them one
+    /// by one groups them here. One answer per run, in order: a run that
+    /// is not running any more is refused alone. An error (the
+    /// transaction written for none) only when the registry itself fails.
+    pub async fn end_all(
+        &self,
+        ended: Vec<Ended>,
+    ) -> Result<Vec<Result<(), ThreadError>>, ThreadError> {
+        let ended = Arc::new(ended);
         self.run(move |conn| {
             let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-            insert_running(&tx, &recorded, &new, started_at)?;
-            end_running(&tx, &recorded, &ending, now_ms().max(started_at))?;
+            let mut answers = Vec::with_capacity(ended.len());
+            for run in ended.iter() {
+                let now = now_ms();
+                let changed = match &run.whole {
+                    Some((new, started_at)) => {
+                        insert_running(&tx, &run.id, new, *started_at)?;
+                        end_running(&tx, &run.id, &run.ending, now.max(*started_at))?
+                    }
+                    None => end_running(&tx, &run.id, &run.ending, now)?,
+                };
+                answers.push(if changed > 0 {
+                    Ok(())
+                } else {
+                    Err(status_of(&tx, &run.id)?.map_or_else(
+                        || ThreadError::NotFound(run.id.clone()),
+                        |status| ThreadError::NotRunning {
+                            id: run.id.clone(),
+                            status,
+                        },
+                    ))
+                });
+            }
             tx.commit()?;
-            Ok(())
+            Ok(answers)
         })
-        .await?;
-        Ok(id)
+        .await
     }
 
     /// Hands a running thread to another process (a detached runner).
@@ -641,6 +691,16 @@ fn end_running(
         append_event(conn, id, at, "finished", &detail)?;
     }
     Ok(changed)
+}
+
+/// Thread `id`'s status, if it is recorded.
+fn status_of(conn: &Connection, id: &str) -> Result<Option<Status>, ThreadError> {
+    let mut statement = conn.prepare_cached("SELECT status FROM threads WHERE thread_id = ?1")?;
+    let mut rows = statement.query([id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(row.get::<_, String>(0)?.parse()?)),
+        None => Ok(None),
+    }
 }
 
 fn append_event(

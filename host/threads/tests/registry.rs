@@ -5,7 +5,7 @@
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 
-use rye_threads::{Ending, NewThread, ProcessIdentity, Registry, Status, ThreadError};
+use rye_threads::{Ended, Ending, NewThread, ProcessIdentity, Registry, Status, ThreadError};
 use serde_json::json;
 
 fn new_thread(item: &str) -> NewThread {
@@ -336,4 +336,61 @@ async fn a_whole_run_recorded_at_once_reads_as_one_started_and_finished() {
         registry.finish(&id, completed("ef")).await,
         Err(ThreadError::NotRunning { .. })
     ));
+}
+
+#[tokio::test]
+async fn runs_ended_together_are_each_answered_and_one_refused_costs_the_others_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let started = registry.start(new_thread("demo/long")).await.unwrap();
+    let done = registry.start(new_thread("demo/done")).await.unwrap();
+    registry.finish(&done, completed("aa")).await.unwrap();
+    let mut quick = new_thread("demo/quick");
+    quick.thread_id = Some("quick-2".into());
+    let started_at = 1_700_000_000_000;
+    let ended = |id: &str, hash: &str, whole: Option<(NewThread, i64)>| Ended {
+        id: id.into(),
+        ending: completed(hash),
+        whole,
+    };
+    let answers = registry
+        .end_all(vec![
+            ended(&started, "b1", None),
+            ended("quick-2", "b2", Some((quick.clone(), started_at))),
+            ended(&done, "b3", None),
+            ended("never-started", "b4", None),
+        ])
+        .await
+        .unwrap();
+    assert!(answers[0].is_ok() && answers[1].is_ok(), "{answers:?}");
+    assert!(
+        matches!(&answers[2], Err(ThreadError::NotRunning { id, status: Status::Completed }) if *id == done),
+        "{answers:?}"
+    );
+    assert!(
+        matches!(&answers[3], Err(ThreadError::NotFound(id)) if id == "never-started"),
+        "{answers:?}"
+    );
+    let hash = |id: String| {
+        let registry = registry.clone();
+        async move { registry.get(&id).await.unwrap().unwrap().result_hash }
+    };
+    assert_eq!(hash(started.clone()).await.as_deref(), Some("b1"));
+    assert_eq!(hash("quick-2".into()).await.as_deref(), Some("b2"));
+    // The refused run keeps what it had.
+    assert_eq!(hash(done.clone()).await.as_deref(), Some("aa"));
+
+    // A run the registry cannot take (its id already recorded) fails the
+    // group as a whole: nothing of it is written.
+    let other = registry.start(new_thread("demo/other")).await.unwrap();
+    let failed = registry
+        .end_all(vec![
+            ended(&other, "c1", None),
+            ended("quick-2", "c2", Some((quick, started_at))),
+        ])
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    let other = registry.get(&other).await.unwrap().unwrap();
+    assert_eq!(other.status, Status::Running);
+    assert_eq!(hash("quick-2".into()).await.as_deref(), Some("b2"));
 }
