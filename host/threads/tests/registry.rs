@@ -394,3 +394,16 @@ async fn runs_ended_together_are_each_answered_and_one_refused_costs_the_others_
     assert_eq!(other.status, Status::Running);
     assert_eq!(hash("quick-2".into()).await.as_deref(), Some("b2"));
 }
+
+#[test]
+fn thread_ids_made_later_sort_after_and_differ_in_their_random_tail() {
+    let first = rye_threads::new_thread_id();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let second = rye_threads::new_thread_id();
+    let third = rye_threads::new_thread_id();
+    assert!(first < second, "{first} {second}");
+    assert_eq!(uuid_shape(&second), (8, 4, 4, 4, 12), "{second}");
+    // Made in the same millisecond, they still differ where callers take
+    // a random part: the last digits.
+    assert_ne!(second[28..], third[28..]);
+}

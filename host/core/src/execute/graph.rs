@@ -547,7 +547,7 @@ fn run_id(graph_id: &str, single_step: bool) -> String {
     format!(
         "{}-{secs}-{}{step}",
         graph_id.replace('/', "-"),
-        &random[..8]
+        &random[random.len() - 8..]
     )
 }
 

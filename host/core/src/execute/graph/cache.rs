@@ -92,10 +92,11 @@ impl NodeCache {
         let pointer =
             json!({"node_result_hash": hash.hex(), "node_name": node, "cached_at": cached_at});
         let target = self.pointer(key);
-        let temp = self.dir.join(format!(
-            ".{key}.json.tmp.{}",
-            &rye_threads::new_thread_id()[..8]
-        ));
+        // A thread id ends in random digits.
+        let random = rye_threads::new_thread_id();
+        let temp = self
+            .dir
+            .join(format!(".{key}.json.tmp.{}", &random[random.len() - 8..]));
         let written = async {
             tokio::fs::create_dir_all(&self.dir).await?;
             tokio::fs::write(&temp, pointer.to_string()).await?;
