@@ -676,13 +676,19 @@ async fn stop_signal() -> i32 {
     std::future::pending().await
 }
 
-/// On SIGTERM, SIGHUP or SIGINT, kills every live run before exiting, so
-/// no tool outlives the host.
-async fn stop_runs_on_signal() {
+/// On SIGTERM, SIGHUP or SIGINT, writes the records of the runs that
+/// answered (waiting at most [`FLUSH_ON_STOP`]: another process may hold
+/// the registry) and kills every live run before exiting, so no tool
+/// outlives the host.
+async fn stop_runs_on_signal(rye: std::sync::Arc<Rye>) {
     let number = stop_signal().await;
+    let _ = tokio::time::timeout(FLUSH_ON_STOP, rye.flush_threads()).await;
     rye_host::runs::stop_all();
     std::process::exit(128 + number);
 }
+
+/// How long a server told to stop waits for its runs' records.
+const FLUSH_ON_STOP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs `work` unless a stop signal comes first; then the work is dropped
 /// (which kills its processes), its thread recorded as cancelled, every
@@ -917,8 +923,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            runtime.spawn(stop_runs_on_signal());
-            let mut server = rye_mcp::RyeServer::new(std::sync::Arc::new(rye));
+            let rye = std::sync::Arc::new(rye);
+            runtime.spawn(stop_runs_on_signal(rye.clone()));
+            let mut server = rye_mcp::RyeServer::new(rye);
             if let Some(project) = project {
                 server = server.with_project(project);
             }

@@ -394,6 +394,66 @@ fn cancelling_an_execute_stops_a_component_tool_within_a_tick() {
 }
 
 #[test]
+fn a_server_stopped_right_after_answering_keeps_the_records_of_its_runs() {
+    let env = Env::new();
+    env.rye(&["keys", "generate"]);
+    env.rye(&["keys", "trust"]);
+    let tools = env.project.path().join(".ai/tools/demo");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::copy(rye_test_artifacts::TOOL_PROBE, tools.join("probe.wasm")).unwrap();
+    std::fs::write(
+        tools.join("probe.yaml"),
+        "version: \"1.0.0\"\ntool_type: wasm_component\nexecutor_id: rye/core/runtimes/wasm/component\n\
+         category: demo\ndescription: Answers back\nconfig:\n  component: probe.wasm\n",
+    )
+    .unwrap();
+    env.rye(&["sign", "tool", "demo/probe"]);
+    let ids = runtime().block_on(async {
+        let transport = env.serve(&[]);
+        let pid = transport.id().unwrap();
+        let client = ().serve(transport).await.unwrap();
+        let mut ids = Vec::new();
+        for value in 0..5 {
+            let ran = client
+                .call_tool(call(
+                    "execute",
+                    json!({"item_type": "tool", "item_id": "demo/probe",
+                    "project_path": env.project(), "parameters": {"do": "echo", "value": value}}),
+                ))
+                .await
+                .unwrap()
+                .structured_content
+                .unwrap();
+            assert_eq!(ran["data"], json!({"echo": value}), "{ran:#}");
+            ids.push(ran["metadata"]["thread_id"].as_str().unwrap().to_owned());
+        }
+        // Told to stop the moment the last answer is in: the runs' records
+        // are still being grouped to be written.
+        let stopped = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        assert!(process_dies_soon(pid), "rye serve did not stop");
+        drop(client);
+        ids
+    });
+    for (value, id) in ids.iter().enumerate() {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rye"));
+        env.configure(&mut command);
+        let out = command.args(["threads", "show", id]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(shown["status"], "completed", "{shown:#}");
+        assert_eq!(shown["result"]["data"], json!({"echo": value}), "{shown:#}");
+    }
+}
+
+#[test]
 fn an_async_execute_returns_at_once_and_outlives_its_client() {
     let env = Env::new();
     let gate = env.project.path().join("gate");
