@@ -350,7 +350,7 @@ impl Registry {
         let now = now_ms();
         self.run(move |conn| {
             let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-            insert_running(&tx, &recorded, &new, now)?;
+            insert_thread(&tx, &recorded, &new, now, None)?;
             tx.commit()?;
             Ok(())
         })
@@ -449,19 +449,13 @@ impl Registry {
 
     /// Ends a running thread. Refused when it is not running any more.
     pub async fn finish(&self, id: &str, ending: Ending) -> Result<(), ThreadError> {
-        let thread = id.to_owned();
-        let changed = self
-            .run(move |conn| {
-                let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-                let changed = end_running(&tx, &thread, &ending, now_ms())?;
-                tx.commit()?;
-                Ok(changed)
-            })
-            .await?;
-        if changed == 0 {
-            return Err(self.not_running(id).await);
-        }
-        Ok(())
+        let ended = Ended {
+            id: id.to_owned(),
+            ending,
+            whole: None,
+        };
+        let mut answers = self.end_all(vec![ended]).await?;
+        answers.pop().unwrap_or(Ok(()))
     }
 
     async fn not_running(&self, id: &str) -> ThreadError {
@@ -631,16 +625,6 @@ impl Registry {
         })
         .await;
     }
-}
-
-/// Inserts thread `id` as running since `at`, with its `started` event.
-fn insert_running(
-    conn: &Connection,
-    id: &str,
-    new: &NewThread,
-    at: i64,
-) -> Result<(), ThreadError> {
-    insert_thread(conn, id, new, at, None)
 }
 
 /// Inserts thread `id`, started at `at`, with its `started` event; when
