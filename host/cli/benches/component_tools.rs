@@ -4,7 +4,8 @@
 //! and as a Python process tool, against a raw `bash -c` spawn from this
 //! process; rounds alternate so the machine's drift falls on all alike.
 //! Also the component tool's first run in a new server, with the
-//! compiled-component cache empty and warm.
+//! compiled-component cache empty and warm, and the server's own CPU
+//! time per execute over executes back to back.
 //!
 //! Each tool answers its parameters back: the component is tool-probe
 //! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
@@ -51,7 +52,7 @@ fn rye(home: &Path, project: &Path, args: &[&str]) {
     assert!(out.status.success(), "rye {args:?}: {out:?}");
 }
 
-async fn start(home: &Path, cache: &Path) -> RunningService<RoleClient, ()> {
+async fn start(home: &Path, cache: &Path) -> (RunningService<RoleClient, ()>, u32) {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
     command
         .arg("serve")
@@ -62,10 +63,26 @@ async fn start(home: &Path, cache: &Path) -> RunningService<RoleClient, ()> {
             "RYE_LOG",
             std::env::var("RYE_LOG").unwrap_or_else(|_| "error".into()),
         );
-    ().serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .unwrap()
+    let transport = TokioChildProcess::new(command).unwrap();
+    let pid = transport.id().unwrap();
+    (().serve(transport).await.unwrap(), pid)
 }
+
+/// The CPU time process `pid` has used, in seconds (`utime + stime`,
+/// counted in the kernel's user-visible 100 Hz ticks).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+const BACK_TO_BACK: usize = 2000;
 
 async fn execute(client: &RunningService<RoleClient, ()>, arguments: &Value) -> (Duration, Value) {
     let started = Instant::now();
@@ -134,7 +151,7 @@ fn main() {
         let cache = tempfile::tempdir().unwrap();
         let cache_path = cache.path().join("cache");
         for state in ["empty", "warm"] {
-            let client = start(home.path(), &cache_path).await;
+            let (client, _) = start(home.path(), &cache_path).await;
             let (took, data) = execute(&client, &component).await;
             assert_eq!(data, json!({"echo": 1}));
             println!(
@@ -144,7 +161,7 @@ fn main() {
             client.cancel().await.unwrap();
         }
 
-        let client = start(home.path(), &cache_path).await;
+        let (client, pid) = start(home.path(), &cache_path).await;
         for arguments in [&component, &bash, &python] {
             for _ in 0..10 {
                 execute(&client, arguments).await;
@@ -190,6 +207,19 @@ fn main() {
                 spawn_ms / component_ms
             );
         }
+        // What an execute costs the server itself, its records included:
+        // its CPU time over executes back to back.
+        let before = cpu_seconds(pid);
+        let mut times = Vec::new();
+        for _ in 0..BACK_TO_BACK {
+            times.push(execute(&client, &component).await.0);
+        }
+        let used = cpu_seconds(pid) - before;
+        println!(
+            "component tool, {BACK_TO_BACK} executes back to back: server CPU {:.0} us each, median {:.3} ms",
+            used / BACK_TO_BACK as f64 * 1e6,
+            ms(median(times))
+        );
         client.cancel().await.unwrap();
     });
 }
