@@ -149,13 +149,44 @@ impl Run {
         let (cgroup, procs) = contained.unzip();
         #[cfg(not(target_os = "linux"))]
         drop(procs);
-        Self {
+        let mut run = Self {
             id,
             #[cfg(target_os = "linux")]
             procs,
             cgroup,
             record: None,
             pgid: None,
+        };
+        run.register();
+        run
+    }
+
+    /// Makes the run known before its child exists, so no moment passes
+    /// in which a child runs that a stopping host or the next host could
+    /// not find: to this host's live runs (for [`stop_all`]) and as a
+    /// record in the runs folder (for the next host, if this one is
+    /// killed).
+    fn register(&mut self) {
+        live().lock().expect("live runs lock").insert(
+            self.id.clone(),
+            LiveRun {
+                cgroup: self.cgroup.clone(),
+                pgid: None,
+            },
+        );
+        if let Some(dir) = &state().runs_dir {
+            let record = dir.join(format!("{}.run", self.id));
+            let text = format!(
+                "host {}\nhost_start {}\ncgroup {}\n",
+                std::process::id(),
+                start_time(std::process::id() as i32).unwrap_or_default(),
+                self.cgroup
+                    .as_ref()
+                    .map_or(String::new(), |c| c.display().to_string()),
+            );
+            if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&record, text).is_ok() {
+                self.record = Some(record);
+            }
         }
     }
 
@@ -169,27 +200,8 @@ impl Run {
     /// in the run's cgroup: it moved itself there before executing).
     pub(crate) fn started(&mut self, pid: Option<u32>) {
         self.pgid = pid.and_then(|p| i32::try_from(p).ok());
-        live().lock().expect("live runs lock").insert(
-            self.id.clone(),
-            LiveRun {
-                cgroup: self.cgroup.clone(),
-                pgid: self.pgid,
-            },
-        );
-        if let Some(dir) = &state().runs_dir {
-            let record = dir.join(format!("{}.run", self.id));
-            let text = format!(
-                "host {}\nhost_start {}\npgid {}\ncgroup {}\n",
-                std::process::id(),
-                start_time(std::process::id() as i32).unwrap_or_default(),
-                self.pgid.unwrap_or(0),
-                self.cgroup
-                    .as_ref()
-                    .map_or(String::new(), |c| c.display().to_string()),
-            );
-            if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&record, text).is_ok() {
-                self.record = Some(record);
-            }
+        if let Some(run) = live().lock().expect("live runs lock").get_mut(&self.id) {
+            run.pgid = self.pgid;
         }
     }
 
