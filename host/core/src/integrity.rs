@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::trust_state::{
     ComponentKey, FoundComponent, Signed, TrustEntry, Verdict, VerdictKey, declared_formats,
-    files_read, trust_stamps, trusted_files,
+    files_read, trust_paths, trusted_files,
 };
 use crate::{HostError, Rye};
 
@@ -35,12 +35,13 @@ impl Rye {
             .collect();
         let mut cache = self.integrity.trust.lock().expect("trust cache lock");
         if let Some(entry) = cache.get(&dirs)
-            && entry.stamps == trust_stamps(&dirs, &entry.files)
+            && entry.stamps == *self.listings.stamps(&entry.paths)
         {
             return entry.store.clone();
         }
         let files = trusted_files(&dirs);
-        let stamps = trust_stamps(&dirs, &files);
+        let paths = trust_paths(&dirs, &files);
+        let stamps = self.listings.stamps(&paths).to_vec();
         let mut builder = TrustStore::builder();
         if let Some(key) = &self.integrity.builtin {
             builder = builder.builtin(key.clone(), "rye-system");
@@ -56,15 +57,17 @@ impl Rye {
             tracing::warn!("ignoring trusted key {}: {reason}", path.display());
         }
         let read = files_read(&store);
-        let stamps = if read == files {
-            stamps
+        let (paths, stamps) = if read == files {
+            (paths, stamps)
         } else {
-            trust_stamps(&dirs, &read)
+            let paths = trust_paths(&dirs, &read);
+            let stamps = self.listings.stamps(&paths).to_vec();
+            (paths, stamps)
         };
         cache.insert(
             dirs,
             TrustEntry {
-                files: read,
+                paths,
                 stamps,
                 store: store.clone(),
             },

@@ -166,14 +166,13 @@ impl Rye {
             .iter()
             .flat_map(|root| ItemKind::PRIMARY.map(|kind| Extractors::path_in(&root.ai_dir, kind)))
             .collect();
-        let stamps: Vec<Option<FileStamp>> =
-            candidates.iter().map(|p| FileStamp::read(p).ok()).collect();
+        let stamps = self.listings.stamps(&candidates);
         if let Some((known, extractors)) = self
             .extractor_cache
             .lock()
             .expect("extractor cache lock")
             .get(&candidates)
-            && *known == stamps
+            && **known == *stamps
         {
             return Ok(extractors.clone());
         }
@@ -181,7 +180,7 @@ impl Rye {
         self.extractor_cache
             .lock()
             .expect("extractor cache lock")
-            .insert(candidates, (stamps, extractors.clone()));
+            .insert(candidates, (stamps.to_vec(), extractors.clone()));
         Ok(extractors)
     }
 }

@@ -86,9 +86,9 @@ pub(crate) type Verdict = Result<Verified, IntegrityError>;
 pub(crate) type TrustCache = HashMap<Vec<PathBuf>, TrustEntry>;
 
 pub(crate) struct TrustEntry {
-    /// The trusted-key files read, and the stamps of the folders then
-    /// those files.
-    pub(crate) files: Vec<PathBuf>,
+    /// The folders of trusted keys then the key files read, and their
+    /// stamps.
+    pub(crate) paths: Vec<PathBuf>,
     pub(crate) stamps: Vec<Option<FileStamp>>,
     pub(crate) store: Arc<TrustStore>,
 }
@@ -125,11 +125,10 @@ impl IntegrityState {
 /// The stamps of the trusted-key folders and of the files in them; the
 /// files are those of the last read (a file added or removed changes its
 /// folder's stamp, one rewritten in place its own).
-pub(crate) fn trust_stamps(dirs: &[PathBuf], files: &[PathBuf]) -> Vec<Option<FileStamp>> {
-    dirs.iter()
-        .chain(files)
-        .map(|p| FileStamp::read(p).ok())
-        .collect()
+/// The folders of trusted keys followed by the key files, whose stamps
+/// say whether a trust store still holds.
+pub(crate) fn trust_paths(dirs: &[PathBuf], files: &[PathBuf]) -> Vec<PathBuf> {
+    dirs.iter().chain(files).cloned().collect()
 }
 
 /// The trusted-key files a store was built from: those it kept and those

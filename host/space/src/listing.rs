@@ -11,6 +11,11 @@
 //! `stat`ed every time. Any event, or a full queue, makes the next listing
 //! walk the tree again (with fresh watches).
 //!
+//! The same watches keep the stamps of a fixed set of files and folders
+//! ([`ListingCache::stamps`]): the configuration a request reads from a
+//! few known paths (extractors, trusted keys) is `stat`ed again only after
+//! a folder on the way to one of them reported a change.
+//!
 //! Not noticed, as with any inotify user: writes through a memory map,
 //! and writes through a hard link from outside the tree. Where inotify is
 //! unavailable (another OS, or the watch limit reached) every listing walks.
@@ -27,6 +32,7 @@ use crate::{FileStamp, ItemKind, Listed, Space, SpaceError, Spaces};
 #[derive(Default)]
 pub struct ListingCache {
     trees: Mutex<HashMap<TreeKey, Arc<Mutex<Tree>>>>,
+    stamped: Mutex<HashMap<Vec<PathBuf>, Arc<Mutex<Stamped>>>>,
     /// Off: every listing walks (for short-lived processes, where setting
     /// up watches, and the kernel tearing them down at exit, costs more
     /// than it saves).
@@ -46,6 +52,14 @@ struct Tree {
     listed: Option<Arc<Vec<Listed>>>,
     /// Indexes (into `listed`) of files that are symbolic links.
     linked: Vec<usize>,
+    #[cfg(target_os = "linux")]
+    watch: Option<inotify::Watch>,
+}
+
+/// The stamps of a set of paths, valid while the watches report nothing.
+#[derive(Default)]
+struct Stamped {
+    stamps: Option<Arc<Vec<Option<FileStamp>>>>,
     #[cfg(target_os = "linux")]
     watch: Option<inotify::Watch>,
 }
@@ -74,6 +88,87 @@ impl ListingCache {
             ..Self::default()
         }
     }
+}
+
+impl ListingCache {
+    /// The stamps of `paths`, files or folders (`None` for one that cannot
+    /// be read), in order. Watched, the folders from each path's `.ai`
+    /// folder down to the path are watched before the stamps are read, and
+    /// the stamps are read again only once one of them reported a change.
+    /// A path that is a symbolic link (its target is not watched) or lies
+    /// in no `.ai` folder makes the set read every time.
+    pub fn stamps(&self, paths: &[PathBuf]) -> Arc<Vec<Option<FileStamp>>> {
+        let read = || Arc::new(paths.iter().map(|p| FileStamp::read(p).ok()).collect());
+        if self.unwatched && !self.snapshot {
+            return read();
+        }
+        let entry = self
+            .stamped
+            .lock()
+            .expect("stamp cache lock")
+            .entry(paths.to_vec())
+            .or_default()
+            .clone();
+        let mut entry = entry.lock().expect("stamps lock");
+        if self.snapshot {
+            return entry.stamps.get_or_insert_with(read).clone();
+        }
+        #[cfg(target_os = "linux")]
+        {
+            if let Some(stamps) = &entry.stamps
+                && entry.watch.as_ref().is_some_and(inotify::Watch::quiet)
+            {
+                return stamps.clone();
+            }
+            entry.stamps = None;
+            entry.watch = watch_paths(paths);
+            let stamps = read();
+            if entry.watch.is_some() {
+                entry.stamps = Some(stamps.clone());
+            }
+            stamps
+        }
+        #[cfg(not(target_os = "linux"))]
+        read()
+    }
+}
+
+/// Watches the folders from each path's `.ai` folder down to the path
+/// (the path too, if a folder); where the `.ai` folder is missing, the
+/// folder it would be made in. `None` when a path cannot be watched so.
+#[cfg(target_os = "linux")]
+fn watch_paths(paths: &[PathBuf]) -> Option<inotify::Watch> {
+    let watch = inotify::Watch::new()?;
+    let mut watched = std::collections::HashSet::new();
+    for path in paths {
+        let meta = std::fs::symlink_metadata(path);
+        if meta.as_ref().is_ok_and(|m| m.file_type().is_symlink()) {
+            return None;
+        }
+        let ai = path
+            .ancestors()
+            .find(|a| a.file_name().is_some_and(|n| n == ".ai"))?;
+        let folders = path
+            .ancestors()
+            .skip(usize::from(!meta.is_ok_and(|m| m.is_dir())))
+            .take_while(|a| a.starts_with(ai));
+        let mut any = false;
+        for folder in folders {
+            if folder.is_dir() {
+                any = true;
+                if watched.insert(folder.to_owned()) && !watch.add(folder) {
+                    return None;
+                }
+            }
+        }
+        if !any {
+            let base = ai.parent()?;
+            if watched.insert(base.to_owned()) && !watch.add(base) {
+                return None;
+            }
+        }
+    }
+    Some(watch)
 }
 
 impl Spaces {
@@ -414,6 +509,64 @@ mod tests {
 
         std::fs::remove_dir_all(tools.join("a")).unwrap();
         assert_eq!(ids(&list()), ["z/c/deep", "z/c/deeper"]);
+    }
+
+    #[test]
+    fn stamps_follow_every_change_on_the_way_to_their_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path();
+        let file = base.join(".ai/config/deep/one.yaml");
+        let folder = base.join(".ai/keys");
+        let paths = vec![file.clone(), folder.clone()];
+        let cache = ListingCache::new();
+        let stamps = || cache.stamps(&paths);
+        let truth = || -> Vec<Option<FileStamp>> {
+            paths.iter().map(|p| FileStamp::read(p).ok()).collect()
+        };
+        let check = |what: &str| {
+            let seen = stamps();
+            assert_eq!(*seen, truth(), "after {what}");
+            seen
+        };
+
+        // No `.ai` folder yet: its making is seen from the folder above.
+        let first = check("nothing");
+        assert_eq!(*first, [None, None]);
+        #[cfg(target_os = "linux")]
+        assert!(Arc::ptr_eq(&first, &stamps()), "nothing changed, nothing read");
+        std::fs::create_dir(base.join(".ai")).unwrap();
+        check("the .ai folder made");
+        write(&file, "a");
+        let made = check("the file made, folders and all");
+        assert!(made[0].is_some());
+        #[cfg(target_os = "linux")]
+        assert!(Arc::ptr_eq(&made, &stamps()));
+        write(&file, "bb");
+        check("an edit");
+        std::fs::create_dir(&folder).unwrap();
+        check("the folder made");
+        write(&folder.join("k.toml"), "key");
+        check("a file added in the folder");
+        std::fs::rename(base.join(".ai/config/deep"), base.join(".ai/config/moved")).unwrap();
+        assert_eq!(check("a folder on the way renamed")[0], None);
+        std::fs::rename(base.join(".ai/config/moved"), base.join(".ai/config/deep")).unwrap();
+        assert!(check("renamed back")[0].is_some());
+        std::fs::remove_dir_all(base.join(".ai")).unwrap();
+        assert_eq!(*check("the .ai folder removed"), [None, None]);
+
+        // A path that is a link is read every time: its target is not
+        // watched.
+        #[cfg(unix)]
+        {
+            let outside = tempfile::tempdir().unwrap();
+            let target = outside.path().join("t.yaml");
+            std::fs::write(&target, "1").unwrap();
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(&target, &file).unwrap();
+            check("a link made");
+            std::fs::write(&target, "changed").unwrap();
+            check("the link's target changed");
+        }
     }
 
     #[test]
