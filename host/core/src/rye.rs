@@ -26,6 +26,9 @@ pub struct Rye {
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
     /// Extractors per set of candidate files, with the files' stamps.
     extractor_cache: Mutex<ExtractorCache>,
+    /// The validator components each validators folder held when last
+    /// listed.
+    pub(crate) validator_listings: Mutex<crate::validators::ValidatorListings>,
     pub(crate) integrity: crate::trust_state::IntegrityState,
     pub(crate) key_dir: Option<PathBuf>,
     /// What each validator component says of itself, by content hash.
@@ -98,6 +101,7 @@ impl Rye {
             elements: Mutex::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
+            validator_listings: Mutex::default(),
             integrity: crate::trust_state::IntegrityState::new(
                 config.integrity,
                 config.trusted_keys,

@@ -12,7 +12,7 @@
 //! becomes one finding against the validator's file and is not run again
 //! for the rest of the run; the other validators go on.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,7 @@ use rye_components::{
     Subject, ValidatorInfo, World,
 };
 use rye_integrity::TrustStore;
-use rye_space::{ItemKind, Space, Spaces};
+use rye_space::{FileStamp, ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::config_schema::ConfigSchema;
@@ -239,14 +239,12 @@ impl Rye {
         let mut findings = Vec::new();
         for root in spaces.roots() {
             let dir = root.ai_dir.join(crate::component_folder(World::Validator));
-            let mut files = Vec::new();
-            collect_wasm(&dir, &dir, &mut files).map_err(|e| HostError::io(&dir, e))?;
-            files.sort();
-            for (name, path) in files {
+            let files = self.validator_files(&dir)?;
+            for (name, path) in files.iter() {
                 if !seen.insert(name.clone()) {
                     continue;
                 }
-                match self.load_validator(trust, root.space, &name, &path, admission) {
+                match self.load_validator(trust, root.space, name, path, admission) {
                     Ok((validator, problem)) => {
                         findings.extend(problem);
                         validators.push(validator);
@@ -520,7 +518,63 @@ pub(crate) fn chain_links(chain: &Chain) -> Vec<ChainLink> {
 }
 
 /// Every `*.wasm` under `dir`, with its name relative to `base`.
-fn collect_wasm(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> std::io::Result<()> {
+impl Rye {
+    /// The validator components under `dir` (name, path), sorted: listed
+    /// again only when a watch on one of the folders listed reports a
+    /// change (see [`rye_space::ListingCache::stamps`]).
+    fn validator_files(&self, dir: &Path) -> Result<Arc<Vec<(String, PathBuf)>>, HostError> {
+        let listing = || -> Result<Listing, HostError> {
+            let mut files = Vec::new();
+            let mut folders = vec![dir.to_owned()];
+            collect_wasm(dir, dir, &mut files, &mut folders).map_err(|e| HostError::io(dir, e))?;
+            files.sort();
+            Ok(Listing {
+                files: Arc::new(files),
+                folders,
+            })
+        };
+        let kept = self
+            .validator_listings
+            .lock()
+            .expect("validator listings lock")
+            .get(dir)
+            .cloned();
+        if let Some((listing, stamps)) = kept
+            && *self.listings.stamps(&listing.folders) == stamps
+        {
+            return Ok(listing.files);
+        }
+        // Watched from before the second listing, kept only if both agree:
+        // a change between them is not missed.
+        let first = listing()?;
+        let stamps = self.listings.stamps(&first.folders).to_vec();
+        let second = listing()?;
+        if second == first {
+            self.validator_listings
+                .lock()
+                .expect("validator listings lock")
+                .insert(dir.to_owned(), (second.clone(), stamps));
+        }
+        Ok(second.files)
+    }
+}
+
+/// The validator components found under a folder, and every folder the
+/// search read.
+#[derive(Clone, PartialEq)]
+pub(crate) struct Listing {
+    files: Arc<Vec<(String, PathBuf)>>,
+    folders: Vec<PathBuf>,
+}
+
+pub(crate) type ValidatorListings = HashMap<PathBuf, (Listing, Vec<Option<FileStamp>>)>;
+
+fn collect_wasm(
+    base: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, PathBuf)>,
+    folders: &mut Vec<PathBuf>,
+) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -531,7 +585,8 @@ fn collect_wasm(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> st
         let path = entry.path();
         let file_type = entry.file_type()?;
         if file_type.is_dir() {
-            collect_wasm(base, &path, out)?;
+            folders.push(path.clone());
+            collect_wasm(base, &path, out, folders)?;
         } else if path.extension().is_some_and(|e| e == "wasm")
             && let Ok(relative) = path.strip_prefix(base)
             && let Some(name) = relative.with_extension("").to_str()

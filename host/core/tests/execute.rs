@@ -569,6 +569,25 @@ fn validators_refuse_execution_of_what_they_find_wrong_and_remember_what_passed(
         assert_eq!(steps(&first, "validate")[0]["findings"], 0, "{first:#}");
     }
 
+    // The same host sees the validators folder change under it: the
+    // policy in a nested folder instead still refuses, and once that is
+    // removed the tool runs again.
+    common::copy_signed(
+        artifacts::POLICY_VALIDATOR,
+        &p.join(".ai/validators/org/policy.wasm"),
+    );
+    std::fs::remove_file(&validator).unwrap();
+    let moved = tool(&rye, p, "demo/sh", json!({"command": "echo ran"}));
+    assert_eq!(moved["error_type"], "validation", "{moved:#}");
+    assert!(
+        moved["error"].as_str().unwrap().contains("policy/no-bash"),
+        "{moved:#}"
+    );
+    std::fs::remove_dir_all(p.join(".ai/validators/org")).unwrap();
+    let gone = tool(&rye, p, "demo/sh", json!({"command": "echo ran"}));
+    assert_eq!(ok(&gone)["stdout"], "ran\n", "{gone:#}");
+    common::copy_signed(artifacts::POLICY_VALIDATOR, &validator);
+
     // A tampered validator is not run, and nothing it would guard runs.
     let mut bytes = std::fs::read(&validator).unwrap();
     let last = bytes.len() - 1;

@@ -533,7 +533,10 @@ mod tests {
         let first = check("nothing");
         assert_eq!(*first, [None, None]);
         #[cfg(target_os = "linux")]
-        assert!(Arc::ptr_eq(&first, &stamps()), "nothing changed, nothing read");
+        assert!(
+            Arc::ptr_eq(&first, &stamps()),
+            "nothing changed, nothing read"
+        );
         std::fs::create_dir(base.join(".ai")).unwrap();
         check("the .ai folder made");
         write(&file, "a");
