@@ -28,7 +28,7 @@ pub struct Rye {
     extractor_cache: Mutex<ExtractorCache>,
     /// The validator components each validators folder held when last
     /// listed.
-    pub(crate) validator_listings: Mutex<crate::validators::ValidatorListings>,
+    pub(crate) validator_listings: Mutex<ValidatorListings>,
     pub(crate) integrity: crate::trust_state::IntegrityState,
     pub(crate) key_dir: Option<PathBuf>,
     /// What each validator component says of itself, by content hash.
@@ -54,6 +54,17 @@ pub(crate) struct AdapterEnv {
     /// The names withheld, never their values.
     pub(crate) withheld: Vec<String>,
 }
+
+/// The validator components found under a folder (name, path, sorted),
+/// and every folder the search read.
+#[derive(Clone, PartialEq)]
+pub(crate) struct ValidatorListing {
+    pub(crate) files: Arc<Vec<(String, PathBuf)>>,
+    pub(crate) folders: Vec<PathBuf>,
+}
+
+/// Each validators folder's last listing, with the stamps of its folders.
+type ValidatorListings = HashMap<PathBuf, (ValidatorListing, Vec<Option<FileStamp>>)>;
 
 type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
 

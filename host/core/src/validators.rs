@@ -12,7 +12,7 @@
 //! becomes one finding against the validator's file and is not run again
 //! for the rest of the run; the other validators go on.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,12 +22,13 @@ use rye_components::{
     Subject, ValidatorInfo, World,
 };
 use rye_integrity::TrustStore;
-use rye_space::{FileStamp, ItemKind, Space, Spaces};
+use rye_space::{ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::config_schema::ConfigSchema;
 use crate::finding::Finding;
 use crate::metadata::plugin_kind;
+use crate::rye::ValidatorListing;
 use crate::session::Session;
 use crate::{Chain, HostError, ParsedItem, Rye, Signed};
 
@@ -523,12 +524,12 @@ impl Rye {
     /// again only when a watch on one of the folders listed reports a
     /// change (see [`rye_space::ListingCache::stamps`]).
     fn validator_files(&self, dir: &Path) -> Result<Arc<Vec<(String, PathBuf)>>, HostError> {
-        let listing = || -> Result<Listing, HostError> {
+        let listing = || -> Result<ValidatorListing, HostError> {
             let mut files = Vec::new();
             let mut folders = vec![dir.to_owned()];
             collect_wasm(dir, dir, &mut files, &mut folders).map_err(|e| HostError::io(dir, e))?;
             files.sort();
-            Ok(Listing {
+            Ok(ValidatorListing {
                 files: Arc::new(files),
                 folders,
             })
@@ -558,16 +559,6 @@ impl Rye {
         Ok(second.files)
     }
 }
-
-/// The validator components found under a folder, and every folder the
-/// search read.
-#[derive(Clone, PartialEq)]
-pub(crate) struct Listing {
-    files: Arc<Vec<(String, PathBuf)>>,
-    folders: Vec<PathBuf>,
-}
-
-pub(crate) type ValidatorListings = HashMap<PathBuf, (Listing, Vec<Option<FileStamp>>)>;
 
 fn collect_wasm(
     base: &Path,
