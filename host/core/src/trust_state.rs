@@ -122,11 +122,10 @@ impl IntegrityState {
     }
 }
 
-/// The stamps of the trusted-key folders and of the files in them; the
-/// files are those of the last read (a file added or removed changes its
-/// folder's stamp, one rewritten in place its own).
-/// The folders of trusted keys followed by the key files, whose stamps
-/// say whether a trust store still holds.
+/// The trusted-key folders followed by the files in them, whose stamps say
+/// whether a trust store still holds; the files are those of the last
+/// read (a file added or removed changes its folder's stamp, one
+/// rewritten in place its own).
 pub(crate) fn trust_paths(dirs: &[PathBuf], files: &[PathBuf]) -> Vec<PathBuf> {
     dirs.iter().chain(files).cloned().collect()
 }

@@ -518,7 +518,6 @@ pub(crate) fn chain_links(chain: &Chain) -> Vec<ChainLink> {
         .collect()
 }
 
-/// Every `*.wasm` under `dir`, with its name relative to `base`.
 impl Rye {
     /// The validator components under `dir` (name, path), sorted: listed
     /// again only when a watch on one of the folders listed reports a
@@ -534,16 +533,14 @@ impl Rye {
                 folders,
             })
         };
-        let kept = self
+        if let Some((listing, stamps)) = self
             .validator_listings
             .lock()
             .expect("validator listings lock")
             .get(dir)
-            .cloned();
-        if let Some((listing, stamps)) = kept
-            && *self.listings.stamps(&listing.folders) == stamps
+            && *self.listings.stamps(&listing.folders) == *stamps
         {
-            return Ok(listing.files);
+            return Ok(listing.files.clone());
         }
         // Watched from before the second listing, kept only if both agree:
         // a change between them is not missed.
@@ -560,6 +557,8 @@ impl Rye {
     }
 }
 
+/// Every `*.wasm` under `dir`, with its name relative to `base`, and
+/// every folder below `dir` that was read.
 fn collect_wasm(
     base: &Path,
     dir: &Path,
