@@ -664,11 +664,30 @@ fn insert_thread(
         ended.and_then(|(ending, _)| ending.result_hash.clone()),
         ended.and_then(|(ending, _)| ending.error.clone()),
     ])?;
+    // The thread is new (its row's insert would have failed otherwise),
+    // so its log starts here: 1 is `started`, 2 `finished`.
     let detail = json!({"pid": process.as_ref().map(|p| p.pid)});
-    append_event(conn, id, at, "started", &detail)?;
+    insert_event(conn, id, 1, at, "started", &detail)?;
     if let Some((ending, finished_at)) = ended {
-        append_event(conn, id, finished_at, "finished", &finished(ending))?;
+        insert_event(conn, id, 2, finished_at, "finished", &finished(ending))?;
     }
+    Ok(())
+}
+
+/// Writes event `seq` of a thread whose log is known to have `seq - 1`
+/// events.
+fn insert_event(
+    conn: &Connection,
+    thread: &str,
+    seq: i64,
+    at: i64,
+    kind: &str,
+    detail: &Value,
+) -> Result<(), ThreadError> {
+    conn.prepare_cached(
+        "INSERT INTO events (thread_id, seq, at, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![thread, seq, at, kind, detail.to_string()])?;
     Ok(())
 }
 

@@ -323,6 +323,13 @@ async fn a_whole_run_recorded_at_once_reads_as_one_started_and_finished() {
         ["started", "finished"]
     );
     assert_eq!(events[0].at, started_at);
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    // Its log goes on where the two left it.
+    let next = registry
+        .event(&id, "note", &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(next, 3);
     // Recorded once: the same id again is refused, and it is not running.
     let mut again = new_thread("demo/quick");
     again.thread_id = Some("quick-1".into());
