@@ -157,6 +157,21 @@ impl<S: Storage> Cas<S> {
         Ok(hash)
     }
 
+    /// [`Cas::put_object`] for an object that cannot be in the store yet
+    /// (it names something just made, such as a fresh thread id): the
+    /// store does not look for it before writing it.
+    pub async fn put_new_object(&self, value: &Value) -> Result<ContentHash, CasError> {
+        check_shape(value)?;
+        let bytes = canonical::to_vec(value);
+        let hash = ContentHash::of(&bytes);
+        let key = Class::Object.key(&hash);
+        self.storage
+            .put_new(&key, &bytes)
+            .await
+            .map_err(|e| io(&key, e))?;
+        Ok(hash)
+    }
+
     /// Stores an object given as the bytes [`canonical::to_vec`] made of
     /// it (when they were needed anyway, to check a hash), so they are
     /// not made twice; its hash.

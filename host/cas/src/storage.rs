@@ -19,6 +19,14 @@ pub trait Storage: Send + Sync {
     /// them.
     fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
 
+    /// [`Storage::put`] for bytes the caller knows are new (they name
+    /// something just made, such as a fresh thread id), so the storage
+    /// need not look for them first. Were they there after all, the same
+    /// bytes are written again.
+    fn put_new(&self, key: &str, bytes: &[u8]) -> impl Future<Output = io::Result<()>> + Send {
+        self.put(key, bytes)
+    }
+
     /// Whether `key` holds anything.
     fn exists(&self, key: &str) -> impl Future<Output = io::Result<bool>> + Send;
 
@@ -27,8 +35,9 @@ pub trait Storage: Send + Sync {
 }
 
 /// Files under one folder (a project's `.ai/state/objects/`). A write goes
-/// to a temporary file beside its target and is renamed into place, so a
-/// crash leaves either the whole file or none; a file already there with
+/// to a file with no name linked in as its target on Linux, elsewhere to
+/// a temporary file beside its target renamed into place, so a crash
+/// leaves either the whole file or none; a file already there with
 /// the right length is kept (a write cut short by a crash leaves a shorter
 /// one, which the next write replaces, and every read checks the hash).
 /// The calls do their file work inline: content is small, and a caller
@@ -99,14 +108,28 @@ impl LocalStorage {
         Ok(Some(bytes))
     }
 
-    fn write(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
-        use std::io::Write;
+    /// Writes `bytes` at `key`, keeping a file already there with their
+    /// length unless `fresh` says not to look for one.
+    fn write(&self, key: &str, bytes: &[u8], fresh: bool) -> io::Result<()> {
         let target = self.path(key)?;
-        let kept = std::fs::symlink_metadata(&target);
-        if kept.is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
-            return Ok(());
+        if !fresh {
+            let kept = std::fs::symlink_metadata(&target);
+            if kept.is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
+                return Ok(());
+            }
         }
         let dir = target.parent().unwrap_or(&self.root);
+        #[cfg(target_os = "linux")]
+        if unnamed_then_linked(dir, &target, bytes)? {
+            return Ok(());
+        }
+        self.renamed_into_place(dir, &target, bytes)
+    }
+
+    /// Writes `bytes` to a temporary file beside `target` and renames it
+    /// over `target`.
+    fn renamed_into_place(&self, dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
         let name = target
             .file_name()
             .and_then(|n| n.to_str())
@@ -133,12 +156,49 @@ impl LocalStorage {
                 opened => opened?,
             };
             file.write_all(bytes)?;
-            std::fs::rename(&temp, &target)
+            std::fs::rename(&temp, target)
         })();
         if written.is_err() {
             let _ = std::fs::remove_file(&temp);
         }
         written
+    }
+}
+
+/// Writes `bytes` to a file with no name in `dir` (`O_TMPFILE`) and
+/// links it in as `target`: the file appears whole or not at all, a crash
+/// leaves no temporary file behind, and the kernel does less than for a
+/// named file created and then renamed. False, having written nothing,
+/// when this cannot be done here (a filesystem without `O_TMPFILE`, no
+/// `/proc`) or `target` is already there (the caller then replaces it).
+#[cfg(target_os = "linux")]
+fn unnamed_then_linked(dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<bool> {
+    use rustix::fs::{AtFlags, CWD, Mode, OFlags};
+    use rustix::io::Errno;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+    let mode = Mode::from_raw_mode(0o666);
+    let fd = match rustix::fs::open(dir, flags, mode) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => {
+            std::fs::create_dir_all(dir)?;
+            match rustix::fs::open(dir, flags, mode) {
+                Ok(fd) => fd,
+                Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match rustix::fs::linkat(CWD, by_fd.as_str(), CWD, target, AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST | Errno::NOENT | Errno::PERM | Errno::ACCESS) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -148,7 +208,11 @@ impl Storage for LocalStorage {
     }
 
     async fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
-        self.write(key, bytes)
+        self.write(key, bytes, false)
+    }
+
+    async fn put_new(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
+        self.write(key, bytes, true)
     }
 
     async fn exists(&self, key: &str) -> io::Result<bool> {

@@ -386,7 +386,7 @@ async fn stored(recorder: &Recorder, id: &str, status: Status, result: Value) ->
     fields.insert("result".into(), result);
     let stored = recorder
         .cas
-        .put_object(&rye_cas::object("execution_result", fields))
+        .put_new_object(&rye_cas::object("execution_result", fields))
         .await;
     let (result_hash, store_error) = match stored {
         Ok(hash) => (Some(hash.hex()), None),
