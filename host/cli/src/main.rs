@@ -17,13 +17,6 @@ use rye_host::{
     ExecuteRequest, ItemKind, LoadRequest, Rye, RyeConfig, SearchRequest, SourceFilter, Space,
 };
 
-/// A `rye serve` execute allocates and frees many small values on
-/// several threads (requests, chains, results, records); mimalloc's
-/// per-thread free lists cost less there than the system allocator's
-/// locked arenas.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Find, inspect, run and sign the items of `.ai/` folders.
 ///
 /// Items live in three spaces, searched in order: the project
