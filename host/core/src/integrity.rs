@@ -14,7 +14,7 @@ use rye_components::World;
 use rye_integrity::{
     IntegrityError, TRUSTED_DIR, TrustStore, format_for, verify_detached, verify_text,
 };
-use rye_space::{Extractors, ItemKind, Space, Spaces};
+use rye_space::{Extractors, FileStamp, ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::trust_state::{
@@ -193,7 +193,7 @@ impl Rye {
         };
         let key = ComponentKey {
             content: content_hash,
-            signature: self.listings.stamp(&sig_path).ok(),
+            signature: FileStamp::read(&sig_path).ok(),
             trust: trust.id(),
         };
         let cached = self
@@ -339,10 +339,7 @@ impl Rye {
 
     /// SHA-256 of a file, re-read only when its stamp changed.
     pub(crate) fn file_hash(&self, path: &Path) -> Result<[u8; 32], HostError> {
-        let stamp = self
-            .listings
-            .stamp(path)
-            .map_err(|e| HostError::io(path, e))?;
+        let stamp = FileStamp::read(path).map_err(|e| HostError::io(path, e))?;
         if let Some((known, hash)) = self
             .integrity
             .hashes
