@@ -150,25 +150,29 @@ impl<S: Storage> Cas<S> {
     /// value must be a mapping with an integer `schema` and a text `kind`
     /// (see [`object`]).
     pub async fn put_object(&self, value: &Value) -> Result<ContentHash, CasError> {
-        check_shape(value)?;
-        let bytes = canonical::to_vec(value);
-        let hash = ContentHash::of(&bytes);
-        self.put(Class::Object, &hash, &bytes).await?;
-        Ok(hash)
+        self.put_value(value, false).await
     }
 
     /// [`Cas::put_object`] for an object that cannot be in the store yet
     /// (it names something just made, such as a fresh thread id): the
     /// store does not look for it before writing it.
     pub async fn put_new_object(&self, value: &Value) -> Result<ContentHash, CasError> {
+        self.put_value(value, true).await
+    }
+
+    /// Stores `value` as an object, written canonically, through
+    /// [`Storage::put_new`] when it is `new`.
+    async fn put_value(&self, value: &Value, new: bool) -> Result<ContentHash, CasError> {
         check_shape(value)?;
         let bytes = canonical::to_vec(value);
         let hash = ContentHash::of(&bytes);
         let key = Class::Object.key(&hash);
-        self.storage
-            .put_new(&key, &bytes)
-            .await
-            .map_err(|e| io(&key, e))?;
+        let stored = if new {
+            self.storage.put_new(&key, &bytes).await
+        } else {
+            self.storage.put(&key, &bytes).await
+        };
+        stored.map_err(|e| io(&key, e))?;
         Ok(hash)
     }
 

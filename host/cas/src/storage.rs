@@ -179,16 +179,17 @@ fn unnamed_then_linked(dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<bo
     use std::os::fd::AsRawFd;
     let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
     let mode = Mode::from_raw_mode(0o666);
-    let fd = match rustix::fs::open(dir, flags, mode) {
-        Ok(fd) => fd,
+    let open = || rustix::fs::open(dir, flags, mode);
+    // The folder is made only when it is missing, as for a named file.
+    let opened = match open() {
         Err(Errno::NOENT) => {
             std::fs::create_dir_all(dir)?;
-            match rustix::fs::open(dir, flags, mode) {
-                Ok(fd) => fd,
-                Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(false),
-                Err(e) => return Err(e.into()),
-            }
+            open()
         }
+        opened => opened,
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
         Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
