@@ -488,12 +488,24 @@ impl Registry {
         limit: u32,
     ) -> Result<Vec<Thread>, ThreadError> {
         self.run(move |conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM threads WHERE (?1 IS NULL OR status = ?1) \
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
-            ))?;
-            let mut rows =
-                statement.query(params![status.map(Status::as_str), i64::from(limit)])?;
+            // Two statements, not one with `?1 IS NULL OR status = ?1`:
+            // SQLite plans that one as a walk of every thread by time, so
+            // finding the few running ones (as every process does when it
+            // opens the registry) would cost the whole history.
+            let limit = i64::from(limit);
+            let mut statement;
+            let mut rows = match status {
+                Some(status) => {
+                    statement = conn.prepare_cached(&list_of_status())?;
+                    statement.query(params![status.as_str(), limit])?
+                }
+                None => {
+                    statement = conn.prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM threads ORDER BY created_at DESC, rowid DESC LIMIT ?1"
+                    ))?;
+                    statement.query(params![limit])?
+                }
+            };
             let mut threads = Vec::new();
             while let Some(row) = rows.next()? {
                 threads.push(thread(row)?);
@@ -625,6 +637,14 @@ impl Registry {
         })
         .await;
     }
+}
+
+/// The newest threads of status `?1` first, at most `?2`.
+fn list_of_status() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM threads WHERE status = ?1 \
+         ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+    )
 }
 
 /// Inserts thread `id`, started at `at`, with its `started` event; when
@@ -836,4 +856,35 @@ fn thread(row: &rusqlite::Row<'_>) -> Result<Thread, ThreadError> {
         error: row.get("error")?,
         process,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every process that opens a registry looks for running threads; the
+    /// look must go through the status index, or it reads every thread
+    /// the project ever ran.
+    #[test]
+    fn threads_of_one_status_are_found_through_the_status_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        migrate(&conn, Path::new(":memory:")).unwrap();
+        let mut statement = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", list_of_status()))
+            .unwrap();
+        let plan: Vec<String> = statement
+            .query_map(params!["running", 10], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("USING INDEX threads_by_status")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.starts_with("SCAN")),
+            "{plan:?}"
+        );
+    }
 }
