@@ -16,6 +16,9 @@
 //! few known paths (extractors, trusted keys) is `stat`ed again only after
 //! a folder on the way to one of them reported a change.
 //!
+//! All of it goes through one inotify instance per process, whatever the
+//! number of trees and stamp sets: a user may hold only a few instances.
+//!
 //! Not noticed, as with any inotify user: writes through a memory map,
 //! and writes through a hard link from outside the tree. Where inotify is
 //! unavailable (another OS, or the watch limit reached) every listing walks.
@@ -379,17 +382,82 @@ fn refresh_links(tree: &mut Tree, listed: Arc<Vec<Listed>>) -> Option<Arc<Vec<Li
 
 #[cfg(target_os = "linux")]
 mod inotify {
+    use std::collections::HashMap;
     use std::mem::MaybeUninit;
     use std::os::fd::OwnedFd;
     use std::path::Path;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{LazyLock, Mutex};
 
     use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
     use rustix::io::Errno;
 
-    /// One inotify instance watching the folders of one tree.
-    pub(super) struct Watch {
+    /// The one inotify instance of the process. Every tree and stamp set
+    /// watches through it: a user has few instances (128 by default), and
+    /// one per watcher would run out with a few projects or files.
+    ///
+    /// Each watched folder has a generation, raised by every event on it;
+    /// a [`Watch`] remembers the generations its folders had when it added
+    /// them, and is quiet while none has moved. A full queue raises the
+    /// epoch, which every watch remembers too. Folders are never unwatched
+    /// (the kernel drops the watch of a folder that goes); adding a
+    /// watched folder again gives its existing watch.
+    struct Shared {
         fd: OwnedFd,
+        state: Mutex<State>,
+    }
+
+    #[derive(Default)]
+    struct State {
+        generations: HashMap<i32, u64>,
+        epoch: u64,
+        /// A failed read of the queue: nothing can be trusted any more.
+        broken: bool,
+    }
+
+    static SHARED: LazyLock<Option<Shared>> = LazyLock::new(|| {
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        Some(Shared {
+            fd,
+            state: Mutex::new(State::default()),
+        })
+    });
+
+    impl Shared {
+        /// Reads every queued event into the generations; the state after.
+        fn drain(&self) -> std::sync::MutexGuard<'_, State> {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(&self.fd, &mut buf);
+            loop {
+                match reader.next() {
+                    Ok(event) => {
+                        if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                            state.epoch += 1;
+                        } else if event.events().contains(ReadFlags::IGNORED) {
+                            // The folder went: whoever watched it must look
+                            // again, and a later watch is a new one.
+                            state.generations.remove(&event.wd());
+                        } else {
+                            *state.generations.entry(event.wd()).or_default() += 1;
+                        }
+                    }
+                    Err(Errno::AGAIN) => return state,
+                    Err(_) => {
+                        state.broken = true;
+                        return state;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The folders of one tree or stamp set, watched through the shared
+    /// instance.
+    pub(super) struct Watch {
+        /// Each folder's watch and its generation when it was added.
+        folders: Mutex<Vec<(i32, u64)>>,
+        epoch: u64,
         /// False once a watch could not be added (the tree is then walked
         /// every time).
         complete: AtomicBool,
@@ -410,47 +478,80 @@ mod inotify {
 
     impl Watch {
         pub(super) fn new() -> Option<Self> {
-            let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+            let shared = SHARED.as_ref()?;
+            let state = shared.drain();
+            if state.broken {
+                return None;
+            }
             Some(Self {
-                fd,
+                folders: Mutex::new(Vec::new()),
+                epoch: state.epoch,
                 complete: AtomicBool::new(true),
             })
         }
 
         /// Watches one folder; called before the folder is read.
         pub(super) fn add(&self, path: &Path) -> bool {
-            let added = inotify::add_watch(&self.fd, path, interesting()).is_ok();
-            if !added {
+            let Some(shared) = SHARED.as_ref() else {
                 self.complete.store(false, Ordering::Relaxed);
+                return false;
+            };
+            // Under the state's lock, so no drain runs between the watch
+            // and the reading of its generation.
+            let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            match inotify::add_watch(&shared.fd, path, interesting()) {
+                Ok(wd) => {
+                    let generation = *state.generations.entry(wd).or_default();
+                    drop(state);
+                    self.folders
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((wd, generation));
+                    true
+                }
+                Err(_) => {
+                    self.complete.store(false, Ordering::Relaxed);
+                    false
+                }
             }
-            added
         }
 
         pub(super) fn complete(&self) -> bool {
             self.complete.load(Ordering::Relaxed)
         }
 
-        /// Drains pending events; true if there were none.
+        /// Reads the queued events; true if none touched this watch's
+        /// folders since they were added.
         pub(super) fn quiet(&self) -> bool {
-            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-            let mut reader = inotify::Reader::new(&self.fd, &mut buf);
-            let mut quiet = true;
-            loop {
-                match reader.next() {
-                    Ok(event) => {
-                        // A removed watch reports IN_IGNORED after the event
-                        // that removed it; it changes nothing by itself.
-                        if !event.events().contains(ReadFlags::IGNORED)
-                            || event.events().contains(ReadFlags::QUEUE_OVERFLOW)
-                        {
-                            quiet = false;
-                        }
-                    }
-                    Err(Errno::AGAIN) => return quiet,
-                    Err(_) => return false,
-                }
+            let Some(shared) = SHARED.as_ref() else {
+                return false;
+            };
+            if !self.complete() {
+                return false;
             }
+            let state = shared.drain();
+            if state.broken || state.epoch != self.epoch {
+                return false;
+            }
+            self.folders
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .all(|(wd, generation)| state.generations.get(wd) == Some(generation))
         }
+    }
+
+    /// How many inotify instances this process holds.
+    #[cfg(test)]
+    pub(super) fn instances() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .map(|fds| {
+                fds.filter_map(Result::ok)
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .filter(|target| target.as_os_str() == "anon_inode:inotify")
+                    .count()
+            })
+            .unwrap_or(0)
     }
 }
 
@@ -569,6 +670,45 @@ mod tests {
             check("a link made");
             std::fs::write(&target, "changed").unwrap();
             check("the link's target changed");
+        }
+    }
+
+    /// However many trees and stamp sets are watched, the process holds
+    /// one inotify instance, and each set still sees its own changes.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn every_watch_shares_one_inotify_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ListingCache::new();
+        let mut sets = Vec::new();
+        for n in 0..300 {
+            let file = dir.path().join(format!("p{n}/.ai/config/x.yaml"));
+            write(&file, "a: 1");
+            sets.push(vec![file]);
+        }
+        let first: Vec<_> = sets.iter().map(|set| cache.stamps(set)).collect();
+        assert!(first.iter().all(|stamps| stamps[0].is_some()));
+        assert!(
+            inotify::instances() <= 1,
+            "{} inotify instances",
+            inotify::instances()
+        );
+        for (n, set) in sets.iter().enumerate() {
+            assert!(
+                Arc::ptr_eq(&cache.stamps(set), &first[n]),
+                "set {n} read again"
+            );
+        }
+        // A change to one set's file is seen by that set alone.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write(&sets[7][0], "a: 22");
+        for (n, set) in sets.iter().enumerate() {
+            let again = cache.stamps(set);
+            if n == 7 {
+                assert_ne!(again[0], first[n][0]);
+            } else {
+                assert!(Arc::ptr_eq(&again, &first[n]), "set {n} read again");
+            }
         }
     }
 
