@@ -1,9 +1,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use rye_space::FileStamp;
+use rye_space::{FileStamp, ListingCache};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
@@ -189,6 +189,9 @@ pub struct ComponentHost {
     pooling: bool,
     cache: Option<ArtifactCache>,
     hashes: Mutex<HashMap<PathBuf, (FileStamp, [u8; 32])>>,
+    /// Where a component file's stamp comes from, once the host using
+    /// this one shares its watches; until then each is `stat`ed.
+    stamps: OnceLock<Arc<ListingCache>>,
     loaded: Mutex<HashMap<([u8; 32], World), LoadResult>>,
     /// Instance slots of each world, in [`World::ALL`] order.
     slots: Vec<Arc<crate::slots::Slots>>,
@@ -231,6 +234,7 @@ impl ComponentHost {
             pooling,
             cache,
             hashes: Mutex::default(),
+            stamps: OnceLock::new(),
             loaded: Mutex::default(),
         })
     }
@@ -358,13 +362,23 @@ impl ComponentHost {
         store
     }
 
+    /// Takes component files' stamps from `listings`, whose watches then
+    /// spare a `stat` of each file on every load (the first call wins).
+    pub fn share_stamps(&self, listings: Arc<ListingCache>) {
+        let _ = self.stamps.set(listings);
+    }
+
     /// The content hash of `path`, and its bytes if they had to be read.
     pub(crate) fn hash_file(
         &self,
         path: &Path,
     ) -> Result<([u8; 32], Option<Vec<u8>>), ComponentErrorKind> {
         let io = |e: std::io::Error| ComponentErrorKind::Io(e.to_string());
-        let stamp = FileStamp::read(path).map_err(io)?;
+        let stamp = match self.stamps.get() {
+            Some(listings) => listings.stamp(path),
+            None => FileStamp::read(path),
+        }
+        .map_err(io)?;
         if let Some((known, hash)) = self.hashes.lock().expect("hash cache lock").get(path)
             && *known == stamp
         {

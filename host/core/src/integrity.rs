@@ -14,7 +14,7 @@ use rye_components::World;
 use rye_integrity::{
     IntegrityError, TRUSTED_DIR, TrustStore, format_for, verify_detached, verify_text,
 };
-use rye_space::{Extractors, FileStamp, ItemKind, Space, Spaces};
+use rye_space::{Extractors, ItemKind, Space, Spaces};
 use sha2::{Digest, Sha256};
 
 use crate::trust_state::{
@@ -87,13 +87,21 @@ impl Rye {
         world: World,
     ) -> Result<Result<FoundComponent, Vec<PathBuf>>, HostError> {
         rye_space::validate_plugin_name(name)?;
+        let roots = spaces.roots();
+        let paths: Vec<PathBuf> = roots
+            .iter()
+            .map(|root| {
+                root.ai_dir
+                    .join(crate::component_folder(world))
+                    .join(format!("{name}.wasm"))
+            })
+            .collect();
+        // Where each space would hold it, stamped through the listings'
+        // watches: a warm lookup reads none of the three from disk.
+        let stamps = self.listings.stamps(&paths);
         let mut searched = Vec::new();
-        for root in spaces.roots() {
-            let path = root
-                .ai_dir
-                .join(crate::component_folder(world))
-                .join(format!("{name}.wasm"));
-            if !path.is_file() {
+        for ((root, path), stamp) in roots.iter().zip(paths).zip(stamps.iter()) {
+            if stamp.is_none() {
                 searched.push(path);
                 continue;
             }
@@ -193,7 +201,7 @@ impl Rye {
         };
         let key = ComponentKey {
             content: content_hash,
-            signature: FileStamp::read(&sig_path).ok(),
+            signature: self.listings.stamp(&sig_path).ok(),
             trust: trust.id(),
         };
         let cached = self
@@ -339,7 +347,10 @@ impl Rye {
 
     /// SHA-256 of a file, re-read only when its stamp changed.
     pub(crate) fn file_hash(&self, path: &Path) -> Result<[u8; 32], HostError> {
-        let stamp = FileStamp::read(path).map_err(|e| HostError::io(path, e))?;
+        let stamp = self
+            .listings
+            .stamp(path)
+            .map_err(|e| HostError::io(path, e))?;
         if let Some((known, hash)) = self
             .integrity
             .hashes

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::sync::Arc;
 
-use rye_space::{FileStamp, Space, Spaces};
+use rye_space::{Space, Spaces};
 use serde_json::{Value, json};
 
 use crate::{Chain, ChainElement, HostError, Rye};
@@ -221,7 +221,7 @@ impl Rye {
     /// The lockfile at `path`, parsed; re-read only when the file changed.
     /// A file that is not a lockfile counts as none.
     fn read_lock(&self, path: &Path) -> Option<Arc<Value>> {
-        let stamp = FileStamp::read(path).ok()?;
+        let stamp = self.listings.stamp(path).ok()?;
         let mut cache = self.integrity.locks.lock().expect("lockfile cache lock");
         if let Some((known, doc)) = cache.get(path)
             && *known == stamp

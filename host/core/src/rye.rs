@@ -19,7 +19,7 @@ pub struct Rye {
     pub(crate) user_base: Option<PathBuf>,
     pub(crate) parses: Mutex<Generational<ParseKey, Outcome>>,
     pub(crate) index: Mutex<Index>,
-    pub(crate) listings: ListingCache,
+    pub(crate) listings: Arc<ListingCache>,
     pub(crate) elements: Mutex<ElementCache>,
     /// Per project folder: is it the system space's source, is it the
     /// user base.
@@ -96,19 +96,21 @@ impl Rye {
         };
         let components = ComponentHost::new(config.components)
             .map_err(|e| HostError::Engine(format!("{e:#}")))?;
+        let listings = Arc::new(if config.watch {
+            ListingCache::new()
+        } else if config.snapshot {
+            ListingCache::snapshot()
+        } else {
+            ListingCache::unwatched()
+        });
+        components.share_stamps(listings.clone());
         Ok(Self {
             components: Arc::new(components),
             system_base,
             user_base: config.user_base,
             parses: Mutex::new(Generational::new(PARSE_CACHE_ENTRIES)),
             index: Mutex::default(),
-            listings: if config.watch {
-                ListingCache::new()
-            } else if config.snapshot {
-                ListingCache::snapshot()
-            } else {
-                ListingCache::unwatched()
-            },
+            listings,
             elements: Mutex::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),

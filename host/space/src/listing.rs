@@ -24,7 +24,7 @@
 //! unavailable (another OS, or the watch limit reached) every listing walks.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::resolve::group;
@@ -133,6 +133,18 @@ impl ListingCache {
         }
         #[cfg(not(target_os = "linux"))]
         read()
+    }
+}
+
+impl ListingCache {
+    /// The stamp of one file, kept as [`ListingCache::stamps`] keeps a
+    /// set's; the error of reading it when it cannot be read.
+    pub fn stamp(&self, path: &Path) -> std::io::Result<FileStamp> {
+        let paths = [path.to_owned()];
+        match self.stamps(&paths)[0] {
+            Some(stamp) => Ok(stamp),
+            None => FileStamp::read(path),
+        }
     }
 }
 
