@@ -491,7 +491,9 @@ mod inotify {
     impl Watch {
         pub(super) fn new() -> Option<Self> {
             let shared = SHARED.as_ref()?;
-            let state = shared.drain();
+            // Events still queued can only make this watch look changed
+            // once too often, so there is no need to read them here.
+            let state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             if state.broken {
                 return None;
             }
