@@ -70,6 +70,11 @@ pub fn read_message(line: &[u8]) -> Line {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Line::Ignore;
     }
+    // A well-formed message is read straight into its type; only one that
+    // is not is read as plain JSON, to find what to answer.
+    if let Ok(message) = serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
+        return Line::Message(Box::new(message));
+    }
     let value: Value = match serde_json::from_slice(line) {
         Ok(value) => value,
         Err(e) => return Line::Answer(parse_error(line, &e)),
@@ -78,11 +83,11 @@ pub fn read_message(line: &[u8]) -> Line {
         .get("id")
         .filter(|id| id.is_string() || id.is_number())
         .cloned();
-    let method = value.get("method").and_then(Value::as_str);
-    match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value.clone()) {
+    let notification = id.is_none() && value.get("method").is_some_and(Value::is_string);
+    match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
         Ok(message) => Line::Message(Box::new(message)),
         // A notification this server does not know: ignored, not answered.
-        Err(_) if id.is_none() && method.is_some() => Line::Ignore,
+        Err(_) if notification => Line::Ignore,
         Err(e) => Line::Answer(error_body(
             id,
             INVALID_REQUEST,
