@@ -27,6 +27,30 @@ pub(crate) fn component_path(
         ));
     }
     let path = tool_dir.join(name);
+    // With no link among the name's parts, the file is in the folder as
+    // named: one `lstat` a part, where resolving both paths walks each
+    // from the root.
+    let mut part = tool_dir.to_owned();
+    let mut linked = false;
+    for piece in name.split('/') {
+        part.push(piece);
+        match std::fs::symlink_metadata(&part) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                linked = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(format!(
+                    "config.component {name:?} ({}): {e}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    if !linked {
+        return Ok(path);
+    }
     let dir = tool_dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", tool_dir.display()))?;

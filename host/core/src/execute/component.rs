@@ -571,4 +571,37 @@ mod tests {
         }
         assert!(component_path(None, tool.path()).is_err());
     }
+
+    #[test]
+    fn a_link_may_lead_to_a_component_in_the_folder_never_out_of_it() {
+        let tool = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(tool.path().join("t.wasm"), b"").unwrap();
+        std::fs::write(outside.path().join("o.wasm"), b"").unwrap();
+        std::fs::create_dir(tool.path().join("sub")).unwrap();
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, tool.path().join(name)).unwrap();
+        };
+        link(&tool.path().join("t.wasm"), "in.wasm");
+        link(&outside.path().join("o.wasm"), "out.wasm");
+        link(outside.path(), "away");
+        link(&tool.path().join("sub"), "here");
+        std::fs::write(tool.path().join("sub/s.wasm"), b"").unwrap();
+        let config = |name: &str| map(json!({"component": name}));
+        for good in ["in.wasm", "sub/s.wasm", "here/s.wasm"] {
+            assert!(
+                component_path(Some(&config(good)), tool.path()).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in ["out.wasm", "away/o.wasm"] {
+            let error = component_path(Some(&config(bad)), tool.path()).unwrap_err();
+            assert!(
+                error.contains("leads out of the tool's folder"),
+                "{bad}: {error}"
+            );
+        }
+        let error = component_path(Some(&config("sub/none.wasm")), tool.path()).unwrap_err();
+        assert!(error.contains("sub/none.wasm"), "{error}");
+    }
 }
