@@ -66,7 +66,11 @@ pub(crate) struct ValidatorListing {
 /// Each validators folder's last listing, with the stamps of its folders.
 type ValidatorListings = HashMap<PathBuf, (ValidatorListing, Vec<Option<FileStamp>>)>;
 
-type ExtractorCache = HashMap<Vec<PathBuf>, (Vec<Option<FileStamp>>, Arc<Extractors>)>;
+type ExtractorCache = HashMap<
+    Vec<PathBuf>,
+    (Vec<Option<FileStamp>>, Arc<Extractors>),
+    foldhash::quality::RandomState,
+>;
 
 /// How long an MCP session may sit unused before it closes:
 /// `RYE_MCP_IDLE_SECS`, else five minutes.

@@ -30,12 +30,16 @@ use std::sync::{Arc, Mutex};
 use crate::resolve::group;
 use crate::{FileStamp, ItemKind, Listed, Space, SpaceError, Spaces};
 
+/// A map keyed by paths, looked up on every request: hashed with a fast
+/// seeded hasher, where the standard one costs more than the lookup.
+type PathMap<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
+
 /// Listings of item trees, kept fresh by watching them. Share one per
 /// process.
 #[derive(Default)]
 pub struct ListingCache {
-    trees: Mutex<HashMap<TreeKey, Arc<Mutex<Tree>>>>,
-    stamped: Mutex<HashMap<Vec<PathBuf>, Arc<Mutex<Stamped>>>>,
+    trees: Mutex<PathMap<TreeKey, Arc<Mutex<Tree>>>>,
+    stamped: Mutex<PathMap<Vec<PathBuf>, Arc<Mutex<Stamped>>>>,
     /// Off: every listing walks (for short-lived processes, where setting
     /// up watches, and the kernel tearing them down at exit, costs more
     /// than it saves).
@@ -105,13 +109,13 @@ impl ListingCache {
         if self.unwatched && !self.snapshot {
             return read();
         }
-        let entry = self
-            .stamped
-            .lock()
-            .expect("stamp cache lock")
-            .entry(paths.to_vec())
-            .or_default()
-            .clone();
+        let entry = {
+            let mut stamped = self.stamped.lock().expect("stamp cache lock");
+            match stamped.get(paths) {
+                Some(entry) => entry.clone(),
+                None => stamped.entry(paths.to_vec()).or_default().clone(),
+            }
+        };
         let mut entry = entry.lock().expect("stamps lock");
         if self.snapshot {
             return entry.stamps.get_or_insert_with(read).clone();
@@ -219,7 +223,9 @@ impl Spaces {
         {
             return Ok(listed);
         }
-        if !dir.is_dir() {
+        // A missing folder is known missing until a watch on where it
+        // would be made reports a change.
+        if cache.stamps(std::slice::from_ref(&dir))[0].is_none() || !dir.is_dir() {
             tree.listed = None;
             return Ok(Arc::default());
         }
@@ -421,7 +427,7 @@ mod inotify {
 
     #[derive(Default)]
     struct State {
-        generations: HashMap<i32, u64>,
+        generations: HashMap<i32, u64, foldhash::fast::RandomState>,
         epoch: u64,
         /// A failed read of the queue: nothing can be trusted any more.
         broken: bool,
@@ -624,6 +630,32 @@ mod tests {
 
         std::fs::remove_dir_all(tools.join("a")).unwrap();
         assert_eq!(ids(&list()), ["z/c/deep", "z/c/deeper"]);
+    }
+
+    #[test]
+    fn a_missing_folder_is_listed_once_it_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spaces = Spaces::new(None, None, tmp.path());
+        let cache = ListingCache::new();
+        let exts = vec![".py".to_owned()];
+        let list = || {
+            spaces
+                .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+                .unwrap()
+        };
+        // Neither `.ai` nor its `tools` folder is there yet.
+        assert!(list().is_empty());
+        assert!(list().is_empty());
+        std::fs::create_dir(tmp.path().join(".ai")).unwrap();
+        assert!(list().is_empty());
+        let tools = tmp.path().join(".ai/tools");
+        write(&tools.join("one.py"), "1");
+        assert_eq!(ids(&list()), ["one"]);
+        std::fs::remove_dir_all(&tools).unwrap();
+        assert!(list().is_empty());
+        assert!(list().is_empty());
+        write(&tools.join("deep/two.py"), "2");
+        assert_eq!(ids(&list()), ["deep/two"]);
     }
 
     #[test]
