@@ -252,18 +252,43 @@ impl ComponentHost {
         grants: &CommandGrants,
         stdin: Vec<u8>,
     ) -> Result<Result<CommandOutput, CommandStop>, ComponentError> {
+        let mut answer = None;
+        self.run_command_then(command, grants, stdin, |ran| answer = Some(ran));
+        answer.expect("every run answers")
+    }
+
+    /// [`ComponentHost::run_command`], handing the answer to `answer` as
+    /// soon as it is known. Only then is the run's store dropped, which
+    /// resets the instance's pooled memory and takes longer than a small
+    /// tool's whole run: a caller on another thread has its answer
+    /// meanwhile, and this thread (a blocking one) does the reset with no
+    /// further hand-off.
+    pub fn run_command_then(
+        &self,
+        command: &LoadedCommand,
+        grants: &CommandGrants,
+        stdin: Vec<u8>,
+        answer: impl FnOnce(Result<Result<CommandOutput, CommandStop>, ComponentError>),
+    ) {
         // A command reads its parameters from stdin; a typed tool is
         // handed them.
         let (stdin, stdin_copy) = match &command.pre {
             Entry::Command(_) => (stdin, Vec::new()),
             Entry::Tool(_) => (Vec::new(), stdin),
         };
-        let state = CallState::command(grants, stdin).map_err(|e| ComponentError {
-            path: command.path.clone(),
-            kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
-        })?;
+        let state = match CallState::command(grants, stdin) {
+            Ok(state) => state,
+            Err(e) => {
+                return answer(Err(ComponentError {
+                    path: command.path.clone(),
+                    kind: ComponentErrorKind::Io(format!(
+                        "a granted directory cannot be opened: {e}"
+                    )),
+                }));
+            }
+        };
         let started = std::time::Instant::now();
-        let mut store = Reaped(Some(self.deadline_store(state, grants.limits.deadline)));
+        let mut store = self.deadline_store(state, grants.limits.deadline);
         if let Some(cancel) = grants.cancel.clone() {
             // Every tick asks whether the run was cancelled, and stops it
             // at its deadline as the plain store would.
@@ -279,6 +304,26 @@ impl ComponentHost {
             });
             store.set_epoch_deadline(1);
         }
+        answer(Ok(self.command_outcome(
+            command,
+            grants,
+            &stdin_copy,
+            &mut store,
+            started,
+        )));
+        drop(store);
+    }
+
+    /// Instantiates `command` in `store` and runs it: its output, or what
+    /// stopped it.
+    fn command_outcome(
+        &self,
+        command: &LoadedCommand,
+        grants: &CommandGrants,
+        stdin_copy: &[u8],
+        store: &mut wasmtime::Store<CallState>,
+        started: std::time::Instant,
+    ) -> Result<CommandOutput, CommandStop> {
         let ran = match &command.pre {
             Entry::Command(pre) => pre
                 .instantiate(&mut *store)
@@ -287,7 +332,7 @@ impl ComponentHost {
             Entry::Tool(pre) => {
                 let call = running::Call {
                     item_id: grants.item_id.clone(),
-                    parameters: String::from_utf8_lossy(&stdin_copy).into_owned(),
+                    parameters: String::from_utf8_lossy(stdin_copy).into_owned(),
                     project_path: grants.project_path.clone(),
                 };
                 pre.instantiate(&mut *store)
@@ -306,7 +351,7 @@ impl ComponentHost {
         // A wait on the network cut at the deadline is the deadline, however
         // the tool took the error.
         if data.net.past_deadline.load(Ordering::Relaxed) {
-            return Ok(Err(CommandStop::Deadline(grants.limits.deadline)));
+            return Err(CommandStop::Deadline(grants.limits.deadline));
         }
         // A run its caller cancelled is cancelled, whether the engine
         // stopped it or a wait on the network was cut.
@@ -315,7 +360,7 @@ impl ComponentHost {
             .as_ref()
             .is_some_and(|c| c.load(Ordering::Relaxed))
         {
-            return Ok(Err(CommandStop::Cancelled));
+            return Err(CommandStop::Cancelled);
         }
         let denied = data.net.denied.clone();
         let (exit_code, error) = match ran {
@@ -340,7 +385,7 @@ impl ComponentHost {
             Err(e) => match e.downcast_ref::<I32Exit>() {
                 Some(exit) => (exit.0, None),
                 None => {
-                    return Ok(Err(match crate::host::classify(&store, grants.limits, e) {
+                    return Err(match crate::host::classify(store, grants.limits, e) {
                         ComponentErrorKind::Timeout(d) => CommandStop::Deadline(d),
                         ComponentErrorKind::MemoryLimit { limit } => CommandStop::Memory(limit),
                         ComponentErrorKind::Trap { message, stderr } => CommandStop::Trap {
@@ -353,60 +398,20 @@ impl ComponentHost {
                             stderr,
                             denied,
                         },
-                    }));
+                    });
                 }
             },
         };
         let stdout = stdout.unwrap_or_default();
         if stdout.len() > grants.output_cap {
-            return Ok(Err(CommandStop::Output(grants.output_cap)));
+            return Err(CommandStop::Output(grants.output_cap));
         }
-        Ok(Ok(CommandOutput {
+        Ok(CommandOutput {
             exit_code,
             stdout,
             stderr,
             denied,
             error,
-        }))
-    }
-}
-
-/// A run's store, dropped on a thread of its own once the run's answer
-/// is taken: dropping it resets the instance's pooled memory, which
-/// takes longer than a small tool's whole run, and nobody waits for it.
-struct Reaped(Option<wasmtime::Store<CallState>>);
-
-impl std::ops::Deref for Reaped {
-    type Target = wasmtime::Store<CallState>;
-
-    fn deref(&self) -> &Self::Target {
-        self.0.as_ref().expect("taken only on drop")
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        self.0.as_mut().expect("taken only on drop")
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        static REAPER: std::sync::LazyLock<
-            Option<std::sync::mpsc::Sender<wasmtime::Store<CallState>>>,
-        > = std::sync::LazyLock::new(|| {
-            let (send, receive) = std::sync::mpsc::channel::<wasmtime::Store<CallState>>();
-            std::thread::Builder::new()
-                .name("rye-store-reaper".into())
-                .spawn(move || receive.into_iter().for_each(drop))
-                .ok()
-                .map(|_| send)
-        });
-        if let Some(store) = self.0.take()
-            && let Some(Err(unsent)) = REAPER.as_ref().map(|reaper| reaper.send(store))
-        {
-            // No reaper: dropped here.
-            drop(unsent.0);
-        }
+        })
     }
 }

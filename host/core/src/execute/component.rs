@@ -400,15 +400,28 @@ impl ToolRun<'_> {
         let cancel = Arc::new(AtomicBool::new(false));
         grants.cancel = Some(Arc::clone(&cancel));
         let _stop_if_dropped = StopOnDrop(cancel);
+        // The answer comes back as soon as it is known; the blocking thread
+        // then resets the instance's memory, off this run's path.
         let host = Arc::clone(&self.rye.components);
-        let ran = tokio::task::spawn_blocking(move || host.run_command(&loaded, &grants, stdin))
-            .await
-            .map_err(|e| {
-                self.fail(ErrorReply::new(format!(
-                    "tool {tool_id:?}: its run ended abnormally: {e}"
-                )))
-            })?
-            .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?;
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let running = tokio::task::spawn_blocking(move || {
+            host.run_command_then(&loaded, &grants, stdin, |ran| {
+                let _ = answer.send(ran);
+            });
+        });
+        let ran = match answered.await {
+            Ok(ran) => ran,
+            Err(_) => {
+                let why = match running.await {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it gave no answer".to_owned(),
+                };
+                return Err(self.fail(ErrorReply::new(format!(
+                    "tool {tool_id:?}: its run ended abnormally: {why}"
+                ))));
+            }
+        }
+        .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?;
         let duration = started.elapsed();
         Ok(match ran {
             Ok(output) => {
