@@ -233,11 +233,20 @@ impl ComponentHost {
                 .map(Entry::Command)
                 .map_err(|e| fail(ComponentErrorKind::NotACommand(format!("{e:#}"))))?
         };
+        let run_async = match &pre {
+            Entry::Command(_) => self
+                .command_linker_async()
+                .instantiate_pre(&component)
+                .ok()
+                .and_then(|pre| wasmtime_wasi::p2::bindings::CommandPre::new(pre).ok()),
+            Entry::Tool(_) => None,
+        };
         let loaded = Arc::new(LoadedCommand {
             path: path.to_owned(),
             hash,
             origin,
             pre,
+            run_async,
         });
         self.keep_command(hash, Arc::clone(&loaded));
         Ok(Ok(loaded))
@@ -314,6 +323,22 @@ impl ComponentHost {
         drop(store);
     }
 
+    /// A run of `command` on the caller's task instead of a thread of its
+    /// own, when it is a `wasi:cli` command and one of the
+    /// [`ASYNC_RUNS`](crate::host) fiber stacks is free. The run yields
+    /// at every epoch tick, so whoever awaits it may stop waiting (and so
+    /// stop it) and do other work meanwhile; a short run costs no thread
+    /// hand-off at all.
+    pub fn async_run(self: &Arc<Self>, command: &Arc<LoadedCommand>) -> Option<AsyncRun> {
+        command.run_async.as_ref()?;
+        let permit = self.async_permit()?;
+        Some(AsyncRun {
+            host: Arc::clone(self),
+            command: Arc::clone(command),
+            permit,
+        })
+    }
+
     /// Instantiates `command` in `store` and runs it: its output, or what
     /// stopped it.
     fn command_outcome(
@@ -340,6 +365,19 @@ impl ComponentHost {
                     .map(|answer| Ok(Some(answer)))
             }
         };
+        self.settle(command, grants, store, started, ran)
+    }
+
+    /// What a run that ended as `ran` gives: its output, or what stopped
+    /// it.
+    fn settle(
+        &self,
+        command: &LoadedCommand,
+        grants: &CommandGrants,
+        store: &mut wasmtime::Store<CallState>,
+        started: std::time::Instant,
+        ran: wasmtime::Result<Result<Option<Result<String, running::ToolError>>, ()>>,
+    ) -> Result<CommandOutput, CommandStop> {
         tracing::debug!(
             path = %command.path.display(),
             run_us = started.elapsed().as_micros() as u64,
@@ -413,5 +451,116 @@ impl ComponentHost {
             denied,
             error,
         })
+    }
+}
+
+/// A store that ran a tool: dropping it resets the instance's pooled
+/// memory, which takes longer than a small tool's run, so a caller may
+/// drop it once its answer is on its way.
+pub struct Spent(#[allow(dead_code, reason = "held to be dropped")] wasmtime::Store<CallState>);
+
+/// A command's run on its caller's task (see [`ComponentHost::async_run`]).
+pub struct AsyncRun {
+    host: Arc<ComponentHost>,
+    command: Arc<LoadedCommand>,
+    permit: crate::host::AsyncPermit,
+}
+
+type Answer = (
+    Result<Result<CommandOutput, CommandStop>, ComponentError>,
+    Option<Spent>,
+);
+
+impl AsyncRun {
+    /// Runs the command with `grants`, `stdin` as its input: as
+    /// [`ComponentHost::run_command`] answers, and the spent store. It
+    /// runs on the caller's task until it ends or reaches an epoch tick;
+    /// a run still going at a tick goes on on a blocking thread, so a
+    /// long run never holds an async worker.
+    pub async fn run(self, grants: CommandGrants, stdin: Vec<u8>) -> Answer {
+        let path = self.command.path.clone();
+        let ticked = Arc::new(AtomicBool::new(false));
+        let mut work = Box::pin(self.work(grants, stdin, Arc::clone(&ticked)));
+        let inline = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
+            std::task::Poll::Ready(done) => std::task::Poll::Ready(Some(done)),
+            std::task::Poll::Pending if ticked.load(Ordering::Acquire) => {
+                std::task::Poll::Ready(None)
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        })
+        .await;
+        if let Some(done) = inline {
+            return done;
+        }
+        let runtime = tokio::runtime::Handle::current();
+        match tokio::task::spawn_blocking(move || runtime.block_on(work)).await {
+            Ok(done) => done,
+            Err(e) => (
+                Err(ComponentError {
+                    path,
+                    kind: ComponentErrorKind::Trap {
+                        message: format!("its run ended abnormally: {e}"),
+                        stderr: String::new(),
+                    },
+                }),
+                None,
+            ),
+        }
+    }
+
+    /// The run itself; `ticked` turns true when it yields at a tick.
+    async fn work(self, grants: CommandGrants, stdin: Vec<u8>, ticked: Arc<AtomicBool>) -> Answer {
+        let Self {
+            host,
+            command,
+            permit,
+        } = self;
+        let Some(pre) = command.run_async.as_ref() else {
+            unreachable!("an async run is made only for a command with an async entry")
+        };
+        let state = match CallState::command(&grants, stdin) {
+            Ok(state) => state,
+            Err(e) => {
+                return (
+                    Err(ComponentError {
+                        path: command.path.clone(),
+                        kind: ComponentErrorKind::Io(format!(
+                            "a granted directory cannot be opened: {e}"
+                        )),
+                    }),
+                    None,
+                );
+            }
+        };
+        let started = std::time::Instant::now();
+        let mut store = host.deadline_store(state, grants.limits.deadline);
+        // Every tick: stopped if cancelled or past the deadline, else a
+        // yield to the executor.
+        let until = started + grants.limits.deadline;
+        let cancel = grants.cancel.clone();
+        store.epoch_deadline_callback(move |_| {
+            Ok(
+                if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
+                    || std::time::Instant::now() >= until
+                {
+                    wasmtime::UpdateDeadline::Interrupt
+                } else {
+                    ticked.store(true, Ordering::Release);
+                    wasmtime::UpdateDeadline::Yield(1)
+                },
+            )
+        });
+        store.set_epoch_deadline(1);
+        let ran = match pre.instantiate_async(&mut store).await {
+            Ok(cli) => cli
+                .wasi_cli_run()
+                .call_run(&mut store)
+                .await
+                .map(|ran| ran.map(|()| None)),
+            Err(e) => Err(e),
+        };
+        drop(permit);
+        let settled = host.settle(&command, &grants, &mut store, started, ran);
+        (Ok(settled), Some(Spent(store)))
     }
 }

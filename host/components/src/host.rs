@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -146,6 +147,8 @@ pub struct LoadedCommand {
     pub hash: [u8; 32],
     pub origin: Origin,
     pub(crate) pre: crate::entry::Entry,
+    /// A `wasi:cli` command's entry for runs on async tasks.
+    pub(crate) run_async: Option<wasmtime_wasi::p2::bindings::CommandPre<CallState>>,
 }
 
 impl LoadedCommand {
@@ -176,6 +179,27 @@ pub(crate) fn command_linker(
     Ok(linker)
 }
 
+/// The same imports for a command run on its caller's async task.
+fn command_linker_async(engine: &wasmtime::Engine) -> Result<Linker<CallState>, wasmtime::Error> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    Ok(linker)
+}
+
+/// How many command tools may run on async tasks at once, each on a fiber
+/// stack of the pool; more run on blocking threads.
+pub(crate) const ASYNC_RUNS: usize = 16;
+
+/// One of the [`ASYNC_RUNS`], held while it runs.
+pub(crate) struct AsyncPermit(Arc<AtomicUsize>);
+
+impl Drop for AsyncPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 type LoadResult = Result<Arc<LoadedComponent>, ComponentErrorKind>;
 
 /// The component host. Cheap to share: wrap it in an `Arc`; every method
@@ -197,7 +221,10 @@ pub struct ComponentHost {
     slots: Vec<Arc<crate::slots::Slots>>,
     /// The linker of command tools, and the tools loaded, by hash.
     commands: Linker<CallState>,
+    commands_async: Linker<CallState>,
     loaded_commands: Mutex<HashMap<[u8; 32], Arc<LoadedCommand>>>,
+    /// Commands running on async tasks now.
+    async_runs: Arc<AtomicUsize>,
 }
 
 impl ComponentHost {
@@ -224,9 +251,12 @@ impl ComponentHost {
             })
             .collect();
         let commands = command_linker(&engine)?;
+        let commands_async = command_linker_async(&engine)?;
         Ok(Self {
             slots,
             commands,
+            commands_async,
+            async_runs: Arc::default(),
             loaded_commands: Mutex::default(),
             engine,
             linkers,
@@ -333,6 +363,21 @@ impl ComponentHost {
 
     pub(crate) fn command_linker(&self) -> &Linker<CallState> {
         &self.commands
+    }
+
+    pub(crate) fn command_linker_async(&self) -> &Linker<CallState> {
+        &self.commands_async
+    }
+
+    /// One of the [`ASYNC_RUNS`], if one is free.
+    pub(crate) fn async_permit(&self) -> Option<AsyncPermit> {
+        use std::sync::atomic::Ordering;
+        self.async_runs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < ASYNC_RUNS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| AsyncPermit(Arc::clone(&self.async_runs)))
     }
 
     pub(crate) fn known_command(&self, hash: &[u8; 32]) -> Option<Arc<LoadedCommand>> {
@@ -664,10 +709,10 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
             pool.linear_memory_keep_resident(KEEP_RESIDENT);
             pool.table_keep_resident(64 * 1024);
             pool.decommit_batch_size(32);
-            // Async fiber stacks: this host calls components synchronously
-            // and never uses them, and preparing the default thousand
-            // (a guard page each) was most of engine start.
-            pool.total_stacks(1);
+            // Async fiber stacks: only command tools run on async tasks
+            // (see `ASYNC_RUNS`), and preparing the default thousand (a
+            // guard page each) was most of engine start.
+            pool.total_stacks(ASYNC_RUNS as u32);
             let mut config = base_config();
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             match Engine::new(&config) {

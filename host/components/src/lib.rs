@@ -47,7 +47,9 @@ pub use adapter::{
     PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
     PlannedRequest,
 };
-pub use command::{CommandGrants, CommandOutput, CommandStop, DirGrant, ToolError};
+pub use command::{
+    AsyncRun, CommandGrants, CommandOutput, CommandStop, DirGrant, Spent, ToolError,
+};
 pub use error::{ComponentError, ComponentErrorKind};
 pub use host::{
     ComponentHost, HostConfig, Inspection, LoadedCommand, LoadedComponent, Origin, Precompiled,

@@ -339,3 +339,72 @@ fn a_cancelled_run_stops_at_the_next_tick_wherever_its_code_is() {
     }
     assert_serves(&host);
 }
+
+/// A command run on an async task: its answer as on a thread; a run
+/// still going at an epoch tick goes on elsewhere, so the task's thread
+/// is free for other work while it runs; more runs at once than there
+/// are fiber stacks are refused the async way (they run on threads).
+#[test]
+fn an_async_run_answers_as_a_thread_run_and_leaves_its_worker_free() {
+    let host = std::sync::Arc::new(host());
+    let loaded = probe(&host);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let asked = br#"{"do": "echo", "value": 3}"#.to_vec();
+        let run = host
+            .async_run(&loaded)
+            .expect("a command with a free stack");
+        let (answer, spent) = run.run(grants(), asked).await;
+        assert!(spent.is_some());
+        let answer = answer.unwrap().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&answer.stdout).unwrap(),
+            json!({"echo": 3})
+        );
+
+        // A loop to its deadline, on this one-thread runtime, beside a
+        // task that counts milliseconds: held by the loop, the thread
+        // would count about one a tick (ten a second).
+        let mut granted = grants();
+        granted.limits.deadline = Duration::from_millis(1500);
+        let run = host.async_run(&loaded).unwrap();
+        let counted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = {
+            let counted = std::sync::Arc::clone(&counted);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let (stopped, _) = run.run(granted, br#"{"do": "loop"}"#.to_vec()).await;
+        counter.abort();
+        assert_eq!(
+            stopped.unwrap().unwrap_err(),
+            CommandStop::Deadline(Duration::from_millis(1500))
+        );
+        let counted = counted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            counted > 200,
+            "the loop held the thread: {counted} ticks counted"
+        );
+
+        // Every stack taken: the next run is not offered the async way.
+        let held: Vec<_> = std::iter::from_fn(|| host.async_run(&loaded))
+            .take(64)
+            .collect();
+        assert!(
+            !held.is_empty() && held.len() < 64,
+            "{} async runs at once",
+            held.len()
+        );
+        assert!(host.async_run(&loaded).is_none());
+        drop(held);
+        assert!(host.async_run(&loaded).is_some());
+    });
+    assert_serves(&host);
+}

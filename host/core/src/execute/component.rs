@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use rye_components::{CommandGrants, CommandStop, DirGrant, HostRule, Limits};
+use rye_components::{CommandGrants, CommandOutput, CommandStop, DirGrant, HostRule, Limits};
 use serde_json::{Map, Value, json};
 
 use super::{Ran, Stage, ToolRun};
@@ -400,26 +400,18 @@ impl ToolRun<'_> {
         let cancel = Arc::new(AtomicBool::new(false));
         grants.cancel = Some(Arc::clone(&cancel));
         let _stop_if_dropped = StopOnDrop(cancel);
-        // The answer comes back as soon as it is known; the blocking thread
-        // then resets the instance's memory, off this run's path.
-        let host = Arc::clone(&self.rye.components);
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let running = tokio::task::spawn_blocking(move || {
-            host.run_command_then(&loaded, &grants, stdin, |ran| {
-                let _ = answer.send(ran);
-            });
-        });
-        let ran = match answered.await {
-            Ok(ran) => ran,
-            Err(_) => {
-                let why = match running.await {
-                    Err(e) => e.to_string(),
-                    Ok(()) => "it gave no answer".to_owned(),
-                };
-                return Err(self.fail(ErrorReply::new(format!(
-                    "tool {tool_id:?}: its run ended abnormally: {why}"
-                ))));
+        // A command runs on this task when a fiber stack is free (moving to
+        // a blocking thread if it is still running at an epoch tick); its
+        // spent store is dropped (which resets the instance's memory) by a
+        // task of its own, after this answer.
+        let ran = if let Some(run) = self.rye.components.async_run(&loaded) {
+            let (ran, spent) = run.run(grants, stdin).await;
+            if let Some(spent) = spent {
+                tokio::spawn(async move { drop(spent) });
             }
+            ran
+        } else {
+            self.run_blocking(&tool_id, loaded, grants, stdin).await?
         }
         .map_err(|e| self.host_failure(&crate::HostError::Component(e)))?;
         let duration = started.elapsed();
@@ -479,6 +471,38 @@ impl ToolRun<'_> {
                 }
             }
         })
+    }
+
+    /// Runs a loaded tool on a blocking thread while this future waits,
+    /// for a run that cannot go on this task. The answer comes back as
+    /// soon as it is known; the thread then resets the instance's memory,
+    /// off this run's path.
+    async fn run_blocking(
+        &mut self,
+        tool_id: &str,
+        loaded: Arc<rye_components::LoadedCommand>,
+        grants: CommandGrants,
+        stdin: Vec<u8>,
+    ) -> Stage<Result<Result<CommandOutput, CommandStop>, rye_components::ComponentError>> {
+        let host = Arc::clone(&self.rye.components);
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let running = tokio::task::spawn_blocking(move || {
+            host.run_command_then(&loaded, &grants, stdin, |ran| {
+                let _ = answer.send(ran);
+            });
+        });
+        match answered.await {
+            Ok(ran) => Ok(ran),
+            Err(_) => {
+                let why = match running.await {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it gave no answer".to_owned(),
+                };
+                Err(self.fail(ErrorReply::new(format!(
+                    "tool {tool_id:?}: its run ended abnormally: {why}"
+                ))))
+            }
+        }
     }
 }
 
