@@ -33,6 +33,16 @@ pub fn to_string(value: &Value) -> String {
     out
 }
 
+/// Appends `value` as canonical JSON to `out`.
+pub(crate) fn write_value(value: &Value, out: &mut String) {
+    write(value, out);
+}
+
+/// Appends `s` as a canonical JSON string to `out`.
+pub(crate) fn write_str(s: &str, out: &mut String) {
+    string(s, out);
+}
+
 fn write(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),

@@ -252,6 +252,36 @@ fn io(key: &str, source: std::io::Error) -> CasError {
     }
 }
 
+/// The canonical bytes of [`object`]`(kind, fields)`, written from
+/// borrowed fields: what storing an object of values the caller keeps
+/// costs without copying them into a value of its own.
+pub fn object_bytes(kind: &str, fields: &[(&str, &Value)]) -> Vec<u8> {
+    let schema = Value::from(SCHEMA);
+    let kind = Value::from(kind);
+    let mut entries: Vec<(&str, &Value)> = Vec::with_capacity(fields.len() + 2);
+    entries.extend(
+        fields
+            .iter()
+            .copied()
+            .filter(|(key, _)| !matches!(*key, "schema" | "kind")),
+    );
+    entries.push(("schema", &schema));
+    entries.push(("kind", &kind));
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut out = String::with_capacity(256);
+    out.push('{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        canonical::write_str(key, &mut out);
+        out.push(':');
+        canonical::write_value(value, &mut out);
+    }
+    out.push('}');
+    out.into_bytes()
+}
+
 /// An object of `kind` at the current [`SCHEMA`] with `fields`.
 pub fn object(kind: &str, fields: Map<String, Value>) -> Value {
     let mut map = fields;

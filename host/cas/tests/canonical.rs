@@ -150,3 +150,26 @@ fn canonical_json_is_byte_for_byte_pythons() {
         assert_eq!(ours, python, "for {value}");
     }
 }
+
+#[test]
+fn an_object_written_from_borrowed_fields_is_the_object_made_and_written() {
+    let mut generated = Gen(0x0bad_5eed);
+    for round in 0..500 {
+        let values: Vec<Value> = (0..4).map(|_| generated.value(3)).collect();
+        // Keys around and equal to the two the object adds.
+        let keys = ["a", "kind", "kinda", "result", "schema", "thread_id", "é"];
+        let fields: Vec<(&str, &Value)> = (0..4)
+            .map(|i| (keys[(round + i * 3) % keys.len()], &values[i]))
+            .collect();
+        let mut map = Map::new();
+        for (key, value) in &fields {
+            map.insert((*key).to_owned(), (*value).clone());
+        }
+        let made = rye_cas::canonical::to_vec(&rye_cas::object("execution_result", map));
+        assert_eq!(
+            rye_cas::object_bytes("execution_result", &fields),
+            made,
+            "{fields:?}"
+        );
+    }
+}

@@ -57,6 +57,28 @@ impl Env {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
+    /// The files of the project's content store.
+    fn stored_files(&self) -> Vec<std::path::PathBuf> {
+        fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().unwrap().is_dir() {
+                    walk(&entry.path(), found);
+                } else {
+                    found.push(entry.path());
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(&self.project.path().join(".ai/state/objects"), &mut found);
+        found
+    }
+
+    /// The project's thread registry, opened as any SQLite client would.
+    fn registry(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.project.path().join(".ai/state/threads/registry.db"))
+            .unwrap()
+    }
+
     fn execute(&self, tool: &str, params: Value) -> Value {
         let out = self.rye(&["execute", "tool", tool, "--params", &params.to_string()]);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -82,13 +104,10 @@ fn a_run_is_a_thread_with_its_result() {
     assert!(shown["pid"].is_u64(), "{shown:#}");
     assert_eq!(shown["result"]["data"]["stdout"], "recorded\n", "{shown:#}");
     assert_eq!(shown["chain"][0]["item_id"], "rye/bash/bash");
-    let hash = shown["result_hash"].as_str().unwrap();
-    let object = env.project.path().join(format!(
-        ".ai/state/objects/objects/{}/{}/{hash}.json",
-        &hash[..2],
-        &hash[2..4]
-    ));
-    assert!(object.is_file(), "{}", object.display());
+    // A result this small is kept with its thread in the registry, not
+    // as a file of its own.
+    assert_eq!(shown["result_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(env.stored_files(), Vec::<std::path::PathBuf>::new());
 
     let failed = env.execute("rye/bash/bash", json!({"command": "echo no >&2; exit 3"}));
     assert_eq!(failed["status"], "error");
@@ -571,21 +590,62 @@ fn a_runner_is_no_door_to_someone_elses_thread() {
     }
 }
 
+/// A command whose output (100,000 bytes) makes a result too large to
+/// keep in the registry.
+const LARGE_OUTPUT: &str = "head -c 100000 /dev/zero | tr '\\0' k";
+
+#[test]
+fn a_large_result_is_a_file_in_the_store_and_a_result_changed_on_disk_is_refused() {
+    let env = Env::new();
+    let ran = env.execute("rye/bash/bash", json!({"command": LARGE_OUTPUT}));
+    assert_eq!(ran["status"], "success", "{ran:#}");
+    let large = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
+    let ran = env.execute("rye/bash/bash", json!({"command": "echo kept"}));
+    let small = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
+
+    let shown = env.json(&["threads", "show", &large]);
+    assert_eq!(shown["result"]["data"]["stdout"], "k".repeat(100_000));
+    let files = env.stored_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let hash = shown["result_hash"].as_str().unwrap();
+    assert!(files[0].ends_with(format!("{}/{}/{hash}.json", &hash[..2], &hash[2..4])));
+    let shown = env.json(&["threads", "show", &small]);
+    assert_eq!(shown["result"]["data"]["stdout"], "kept\n");
+
+    // A result changed where it is kept is refused, naming where and why.
+    let changed = env
+        .registry()
+        .execute(
+            "UPDATE results SET object = CAST(replace(CAST(object AS TEXT), 'kept', 'lost') AS BLOB)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let out = env.rye(&["threads", "show", &small]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("registry.db") && stderr.contains("not the recorded"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(&files[0], text.replacen("kkk", "kkl", 1)).unwrap();
+    let out = env.rye(&["threads", "show", &large]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(hash), "{stderr}");
+}
+
 #[test]
 fn prune_removes_ended_threads_and_their_results_never_running_ones() {
     let env = Env::new();
     let ran = env.execute("rye/bash/bash", json!({"command": "echo old"}));
+    let small = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
+    let ran = env.execute("rye/bash/bash", json!({"command": LARGE_OUTPUT}));
     let old = ran["metadata"]["thread_id"].as_str().unwrap().to_owned();
-    let hash = env.json(&["threads", "show", &old])["result_hash"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let object = env.project.path().join(format!(
-        ".ai/state/objects/objects/{}/{}/{hash}.json",
-        &hash[..2],
-        &hash[2..4]
-    ));
-    assert!(object.is_file());
+    let object = env.stored_files();
+    assert_eq!(object.len(), 1, "{object:?}");
+    let object = &object[0];
     let gate = env.project.path().join("gate");
     let running = env.start_async(&format!(
         "while [ ! -e {} ]; do sleep 0.02; done",
@@ -597,10 +657,17 @@ fn prune_removes_ended_threads_and_their_results_never_running_ones() {
     let kept = env.json(&["--json", "threads", "prune"]);
     assert_eq!(kept, json!({"threads": 0, "objects": 0}));
     let pruned = env.json(&["--json", "threads", "prune", "--older-than", "0s"]);
-    assert_eq!(pruned, json!({"threads": 1, "objects": 1}), "{pruned:#}");
+    assert_eq!(pruned, json!({"threads": 2, "objects": 2}), "{pruned:#}");
     assert!(!object.exists());
-    let out = env.rye(&["threads", "show", &old]);
-    assert!(!out.status.success());
+    for gone in [&old, &small] {
+        let out = env.rye(&["threads", "show", gone]);
+        assert!(!out.status.success());
+    }
+    let kept: i64 = env
+        .registry()
+        .query_row("SELECT count(*) FROM results", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(kept, 0);
     assert_eq!(env.status(&running), "running");
 
     std::fs::write(&gate, "").unwrap();

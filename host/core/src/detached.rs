@@ -386,6 +386,7 @@ impl Rye {
                 Ending {
                     status: Status::Cancelled,
                     result_hash: None,
+                    result: None,
                     error: Some(format!(
                         "cancelled; its runner did not stop within {:.1} s and was killed, with its processes",
                         grace.as_secs_f64()
@@ -492,6 +493,7 @@ fn failed(why: String) -> Ending {
     Ending {
         status: Status::Error,
         result_hash: None,
+        result: None,
         error: Some(why),
         chain: None,
     }

@@ -89,15 +89,7 @@ impl crate::Rye {
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no thread {id} in {}", recorder.registry.path().display()))?;
         let result = match &thread.result_hash {
-            Some(hash) => {
-                let hash: rye_cas::ContentHash = hash.parse().map_err(|e| format!("{e}"))?;
-                let object = recorder
-                    .cas
-                    .get_object(&hash)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                object.and_then(|o| o.get("result").cloned())
-            }
+            Some(hash) => stored_result(&recorder, id, hash).await?,
             None => None,
         };
         let events = recorder
@@ -144,4 +136,45 @@ impl crate::Rye {
             ..crate::ExecuteRequest::new(rye_space::ItemKind::Tool, view.thread.item_id)
         })
     }
+}
+
+/// The `result` of thread `id`'s result object, whose hash is `hash`:
+/// kept beside the thread in the registry, or else a file in the store;
+/// its bytes checked against `hash` either way.
+async fn stored_result(
+    recorder: &crate::threads::Recorder,
+    id: &str,
+    hash: &str,
+) -> Result<Option<Value>, String> {
+    let hash: rye_cas::ContentHash = hash.parse().map_err(|e| format!("{e}"))?;
+    let kept = recorder
+        .registry
+        .result(id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let object = match kept {
+        Some(bytes) => {
+            let actual = rye_cas::ContentHash::of(&bytes);
+            if actual != hash {
+                return Err(format!(
+                    "thread {id}: the result kept in {} has hash {}, not the recorded {}",
+                    recorder.registry.path().display(),
+                    actual.hex(),
+                    hash.hex()
+                ));
+            }
+            Some(serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+                format!(
+                    "thread {id}: the result kept in {} is not JSON: {e}",
+                    recorder.registry.path().display()
+                )
+            })?)
+        }
+        None => recorder
+            .cas
+            .get_object(&hash)
+            .await
+            .map_err(|e| e.to_string())?,
+    };
+    Ok(object.and_then(|mut o| o.get_mut("result").map(Value::take)))
 }

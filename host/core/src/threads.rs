@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use rye_cas::{Cas, LocalStorage};
 use rye_threads::{Ended, Ending, NewThread, Registry, Status};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 /// Where a project keeps its threads and objects.
@@ -41,7 +41,11 @@ struct Pending {
 struct Finished {
     id: String,
     status: Status,
-    result: Value,
+    /// The canonical bytes of the run's `execution_result` object.
+    object: Vec<u8>,
+    /// The result's `error`, and its `chain`.
+    error: Option<String>,
+    chain: Option<Value>,
     whole: Option<(NewThread, i64)>,
 }
 
@@ -305,10 +309,21 @@ impl Recording {
             _ if timed_out => Status::TimedOut,
             _ => Status::Error,
         };
+        // Written out now rather than copied: the caller answers with
+        // `result` once this returns, and the bytes are what is stored.
+        let thread_id = Value::from(self.id.as_str());
         let finished = Finished {
+            object: rye_cas::object_bytes(
+                "execution_result",
+                &[("thread_id", &thread_id), ("result", result)],
+            ),
             id: self.id.clone(),
             status,
-            result: result.clone(),
+            error: result
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            chain: result.get("chain").cloned(),
             whole,
         };
         let first = {
@@ -348,13 +363,14 @@ async fn write_pending(recorder: &Recorder) {
     };
     let mut ended = Vec::with_capacity(runs.len());
     for run in runs {
-        let ending = stored(recorder, &run.id, run.status, run.result).await;
+        let ending = stored(recorder, &run).await;
         ended.push(Ended {
             id: run.id,
             ending,
             whole: run.whole,
         });
     }
+    let ended: Arc<[Ended]> = ended.into();
     match recorder.registry.end_all(ended.clone()).await {
         Ok(answers) => {
             for (run, answer) in ended.iter().zip(answers) {
@@ -364,8 +380,9 @@ async fn write_pending(recorder: &Recorder) {
             }
         }
         Err(_) => {
-            for run in ended {
-                if let Err(e) = end_thread(recorder, &run.id, run.ending, run.whole).await {
+            for run in ended.iter() {
+                let (ending, whole) = (run.ending.clone(), run.whole.clone());
+                if let Err(e) = end_thread(recorder, &run.id, ending, whole).await {
                     tracing::warn!("thread {}: {e}", run.id);
                 }
             }
@@ -373,33 +390,39 @@ async fn write_pending(recorder: &Recorder) {
     }
 }
 
-/// Stores `result` as thread `id`'s result object; how the thread ends
-/// with `status` (an error saying the result was not stored, if so).
-async fn stored(recorder: &Recorder, id: &str, status: Status, result: Value) -> Ending {
-    let error = result
-        .get("error")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let chain = result.get("chain").cloned();
-    let mut fields = Map::new();
-    fields.insert("thread_id".into(), json!(id));
-    fields.insert("result".into(), result);
-    let stored = recorder
-        .cas
-        .put_new_object(&rye_cas::object("execution_result", fields))
-        .await;
-    let (result_hash, store_error) = match stored {
-        Ok(hash) => (Some(hash.hex()), None),
-        Err(e) => {
-            let why = format!("the result was not stored: {e}");
-            tracing::warn!("thread {id}: {why}");
-            (None, Some(why))
-        }
+/// Results up to this size (their object's canonical bytes) are kept in
+/// the registry, in the transaction that ends their thread; larger ones
+/// are files in the content store. A row costs a small part of what a
+/// new file costs (an inode, often its two folders), and SQLite reads and
+/// writes blobs of this size faster than the file system does.
+const KEPT_IN_REGISTRY: usize = 64 * 1024;
+
+/// Stores the result object of `run`; how its thread ends (with an error
+/// saying the result was not stored, if so).
+async fn stored(recorder: &Recorder, run: &Finished) -> Ending {
+    let (id, status, bytes) = (&run.id, run.status, &run.object);
+    let (error, chain) = (run.error.clone(), run.chain.clone());
+    let hash = rye_cas::ContentHash::of(bytes);
+    let kept = if bytes.len() <= KEPT_IN_REGISTRY {
+        Some(Arc::from(&bytes[..]))
+    } else if let Err(e) = recorder.cas.put_canonical(bytes).await {
+        let why = format!("the result was not stored: {e}");
+        tracing::warn!("thread {id}: {why}");
+        return Ending {
+            status,
+            result_hash: None,
+            result: None,
+            error: error.or(Some(why)),
+            chain,
+        };
+    } else {
+        None
     };
     Ending {
         status,
-        result_hash,
-        error: error.or(store_error),
+        result_hash: Some(hash.hex()),
+        result: kept,
+        error,
         chain,
     }
 }
@@ -433,6 +456,7 @@ impl Drop for Recording {
         let ending = Ending {
             status: Status::Cancelled,
             result_hash: None,
+            result: None,
             error: Some("cancelled before it finished; its processes were killed".into()),
             chain: None,
         };

@@ -54,6 +54,7 @@ fn main() {
                     Ending {
                         status: Status::Completed,
                         result_hash: Some(format!("{n:064}")),
+                        result: None,
                         error: None,
                         chain: None,
                     },
@@ -80,6 +81,7 @@ fn main() {
                         ending: Ending {
                             status: Status::Completed,
                             result_hash: Some(format!("{n:064}")),
+                            result: None,
                             error: None,
                             chain: None,
                         },

@@ -183,6 +183,10 @@ pub struct Event {
 pub struct Ending {
     pub status: Status,
     pub result_hash: Option<String>,
+    /// The result object's bytes, when they are kept in the registry
+    /// beside the thread (see [`Registry::result`]) rather than in the
+    /// content store. `result_hash` is their hash.
+    pub result: Option<Arc<[u8]>>,
     pub error: Option<String>,
     /// The resolved chain, when it was not known at the start.
     pub chain: Option<Value>,
@@ -227,6 +231,11 @@ CREATE TABLE events (
     kind TEXT NOT NULL,
     detail TEXT NOT NULL,
     PRIMARY KEY (thread_id, seq)
+);
+", r"
+CREATE TABLE results (
+    thread_id TEXT PRIMARY KEY NOT NULL REFERENCES threads (thread_id) ON DELETE CASCADE,
+    object BLOB NOT NULL
 );
 "];
 
@@ -388,9 +397,9 @@ impl Registry {
     /// transaction written for none) only when the registry itself fails.
     pub async fn end_all(
         &self,
-        ended: Vec<Ended>,
+        ended: impl Into<Arc<[Ended]>>,
     ) -> Result<Vec<Result<(), ThreadError>>, ThreadError> {
-        let ended = Arc::new(ended);
+        let ended: Arc<[Ended]> = ended.into();
         self.run(move |conn| {
             let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
             let mut answers = Vec::with_capacity(ended.len());
@@ -481,6 +490,22 @@ impl Registry {
         .await
     }
 
+    /// The result object kept beside thread `id` (as its ending gave it),
+    /// if there is one. A small result is kept here, in the transaction
+    /// that ends its thread, rather than as a file of its own: one row
+    /// costs far less than making a file (and often its folders), and
+    /// goes with its thread when the thread is pruned.
+    pub async fn result(&self, id: &str) -> Result<Option<Vec<u8>>, ThreadError> {
+        let id = id.to_owned();
+        self.run(move |conn| {
+            let mut statement =
+                conn.prepare_cached("SELECT object FROM results WHERE thread_id = ?1")?;
+            let mut rows = statement.query([&id])?;
+            Ok(rows.next()?.map(|row| row.get(0)).transpose()?)
+        })
+        .await
+    }
+
     /// The newest threads first, at most `limit`, of one status if given.
     pub async fn list(
         &self,
@@ -540,6 +565,7 @@ impl Registry {
                     Ending {
                         status: Status::Killed,
                         result_hash: None,
+                        result: None,
                         error: Some(why),
                         chain: None,
                     },
@@ -690,6 +716,17 @@ fn insert_thread(
     insert_event(conn, id, 1, at, "started", &detail)?;
     if let Some((ending, finished_at)) = ended {
         insert_event(conn, id, 2, finished_at, "finished", &finished(ending))?;
+        keep_result(conn, id, ending)?;
+    }
+    Ok(())
+}
+
+/// Keeps the result object of thread `id` beside it, when `ending`
+/// carries one.
+fn keep_result(conn: &Connection, id: &str, ending: &Ending) -> Result<(), ThreadError> {
+    if let Some(object) = &ending.result {
+        conn.prepare_cached("INSERT OR REPLACE INTO results (thread_id, object) VALUES (?1, ?2)")?
+            .execute(params![id, &object[..]])?;
     }
     Ok(())
 }
@@ -735,6 +772,7 @@ fn end_running(
         ])?;
     if changed > 0 {
         append_event(conn, id, at, "finished", &finished(ending))?;
+        keep_result(conn, id, ending)?;
     }
     Ok(changed)
 }

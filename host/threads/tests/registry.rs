@@ -23,6 +23,7 @@ fn completed(hash: &str) -> Ending {
     Ending {
         status: Status::Completed,
         result_hash: Some(hash.into()),
+        result: None,
         error: None,
         chain: None,
     }
@@ -413,4 +414,81 @@ fn thread_ids_made_later_sort_after_and_differ_in_their_random_tail() {
     // Made in the same millisecond, they still differ where callers take
     // a random part: the last digits.
     assert_ne!(second[28..], third[28..]);
+}
+
+fn kept(hash: &str, object: &[u8]) -> Ending {
+    Ending {
+        result: Some(object.into()),
+        ..completed(hash)
+    }
+}
+
+#[tokio::test]
+async fn a_result_kept_beside_its_thread_is_read_back_once_and_goes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let started = registry.start(new_thread("demo/started")).await.unwrap();
+    registry
+        .finish(&started, kept("h1", b"{\"first\":1}"))
+        .await
+        .unwrap();
+    // A second ending is refused and leaves the kept result as it was.
+    assert!(
+        registry
+            .finish(&started, kept("h2", b"{\"second\":2}"))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        registry.result(&started).await.unwrap().as_deref(),
+        Some(&b"{\"first\":1}"[..])
+    );
+    let mut whole = new_thread("demo/whole");
+    whole.thread_id = Some("whole-1".into());
+    registry
+        .end_all(vec![Ended {
+            id: "whole-1".into(),
+            ending: kept("h3", b"{\"whole\":3}"),
+            whole: Some((whole, rye_threads::now_ms())),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        registry.result("whole-1").await.unwrap().as_deref(),
+        Some(&b"{\"whole\":3}"[..])
+    );
+    let plain = registry.start(new_thread("demo/plain")).await.unwrap();
+    registry.finish(&plain, completed("h4")).await.unwrap();
+    assert_eq!(registry.result(&plain).await.unwrap(), None);
+
+    let released = registry.prune(i64::MAX).await.unwrap();
+    assert_eq!(released.len(), 3);
+    for id in [started.as_str(), "whole-1"] {
+        assert_eq!(registry.result(id).await.unwrap(), None, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_registry_of_the_first_schema_is_brought_up_to_date_keeping_its_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let old = registry.start(new_thread("demo/old")).await.unwrap();
+    registry.finish(&old, completed("old-hash")).await.unwrap();
+    registry.close().await;
+    drop(registry);
+    // The first schema is this one without its results.
+    let conn = rusqlite::Connection::open(dir.path().join("registry.db")).unwrap();
+    conn.execute_batch("DROP TABLE results; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
+
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let shown = registry.get(&old).await.unwrap().unwrap();
+    assert_eq!(shown.result_hash.as_deref(), Some("old-hash"));
+    let new = registry.start(new_thread("demo/new")).await.unwrap();
+    registry.finish(&new, kept("new-hash", b"{}")).await.unwrap();
+    assert_eq!(
+        registry.result(&new).await.unwrap().as_deref(),
+        Some(&b"{}"[..])
+    );
 }
