@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use wasmtime::Store;
 use wasmtime::component::Component;
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
 
@@ -285,31 +286,20 @@ impl ComponentHost {
             Entry::Command(_) => (stdin, Vec::new()),
             Entry::Tool(_) => (Vec::new(), stdin),
         };
-        let state = match CallState::command(grants, stdin) {
-            Ok(state) => state,
-            Err(e) => {
-                return answer(Err(ComponentError {
-                    path: command.path.clone(),
-                    kind: ComponentErrorKind::Io(format!(
-                        "a granted directory cannot be opened: {e}"
-                    )),
-                }));
-            }
+        let (mut store, started) = match self.run_store(command, grants, stdin) {
+            Ok(made) => made,
+            Err(e) => return answer(Err(e)),
         };
-        let started = std::time::Instant::now();
-        let mut store = self.deadline_store(state, grants.limits.deadline);
         if let Some(cancel) = grants.cancel.clone() {
             // Every tick asks whether the run was cancelled, and stops it
             // at its deadline as the plain store would.
             let until = started + grants.limits.deadline;
             store.epoch_deadline_callback(move |_| {
-                Ok(
-                    if cancel.load(Ordering::Relaxed) || std::time::Instant::now() >= until {
-                        wasmtime::UpdateDeadline::Interrupt
-                    } else {
-                        wasmtime::UpdateDeadline::Continue(1)
-                    },
-                )
+                Ok(if must_stop(Some(&*cancel), until) {
+                    wasmtime::UpdateDeadline::Interrupt
+                } else {
+                    wasmtime::UpdateDeadline::Continue(1)
+                })
             });
             store.set_epoch_deadline(1);
         }
@@ -321,6 +311,22 @@ impl ComponentHost {
             started,
         )));
         drop(store);
+    }
+
+    /// The store for one run of `command` with `grants`, `stdin` its
+    /// standard input, and when the run's deadline started counting.
+    fn run_store(
+        &self,
+        command: &LoadedCommand,
+        grants: &CommandGrants,
+        stdin: Vec<u8>,
+    ) -> Result<(Store<CallState>, std::time::Instant), ComponentError> {
+        let state = CallState::command(grants, stdin).map_err(|e| ComponentError {
+            path: command.path.clone(),
+            kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
+        })?;
+        let started = std::time::Instant::now();
+        Ok((self.deadline_store(state, grants.limits.deadline), started))
     }
 
     /// A run of `command` on the caller's task instead of a thread of its
@@ -518,37 +524,21 @@ impl AsyncRun {
         let Some(pre) = command.run_async.as_ref() else {
             unreachable!("an async run is made only for a command with an async entry")
         };
-        let state = match CallState::command(&grants, stdin) {
-            Ok(state) => state,
-            Err(e) => {
-                return (
-                    Err(ComponentError {
-                        path: command.path.clone(),
-                        kind: ComponentErrorKind::Io(format!(
-                            "a granted directory cannot be opened: {e}"
-                        )),
-                    }),
-                    None,
-                );
-            }
+        let (mut store, started) = match host.run_store(&command, &grants, stdin) {
+            Ok(made) => made,
+            Err(e) => return (Err(e), None),
         };
-        let started = std::time::Instant::now();
-        let mut store = host.deadline_store(state, grants.limits.deadline);
         // Every tick: stopped if cancelled or past the deadline, else a
         // yield to the executor.
         let until = started + grants.limits.deadline;
         let cancel = grants.cancel.clone();
         store.epoch_deadline_callback(move |_| {
-            Ok(
-                if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
-                    || std::time::Instant::now() >= until
-                {
-                    wasmtime::UpdateDeadline::Interrupt
-                } else {
-                    ticked.store(true, Ordering::Release);
-                    wasmtime::UpdateDeadline::Yield(1)
-                },
-            )
+            Ok(if must_stop(cancel.as_deref(), until) {
+                wasmtime::UpdateDeadline::Interrupt
+            } else {
+                ticked.store(true, Ordering::Release);
+                wasmtime::UpdateDeadline::Yield(1)
+            })
         });
         store.set_epoch_deadline(1);
         let ran = match pre.instantiate_async(&mut store).await {
@@ -563,4 +553,10 @@ impl AsyncRun {
         let settled = host.settle(&command, &grants, &mut store, started, ran);
         (Ok(settled), Some(Spent(store)))
     }
+}
+
+/// Whether a run is to stop at an epoch tick: it was cancelled through
+/// `cancel`, or it is past `until`, its deadline.
+fn must_stop(cancel: Option<&AtomicBool>, until: std::time::Instant) -> bool {
+    cancel.is_some_and(|c| c.load(Ordering::Relaxed)) || std::time::Instant::now() >= until
 }
