@@ -75,7 +75,7 @@ fn main() {
         let mut recorded = 2_000;
         for target in [10_000, 100_000] {
             while recorded < target {
-                let batch = (recorded..recorded + 1_000)
+                let batch: Vec<Ended> = (recorded..recorded + 1_000)
                     .map(|n| Ended {
                         id: rye_threads::new_thread_id(),
                         ending: Ending {

@@ -203,7 +203,8 @@ pub struct Ended {
 }
 
 /// The schema, one step per version (`PRAGMA user_version`).
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE threads (
     thread_id TEXT PRIMARY KEY NOT NULL,
     parent_id TEXT,
@@ -232,12 +233,14 @@ CREATE TABLE events (
     detail TEXT NOT NULL,
     PRIMARY KEY (thread_id, seq)
 );
-", r"
+",
+    r"
 CREATE TABLE results (
     thread_id TEXT PRIMARY KEY NOT NULL REFERENCES threads (thread_id) ON DELETE CASCADE,
     object BLOB NOT NULL
 );
-"];
+",
+];
 
 /// How long a write waits for another process's write to finish.
 const BUSY_WAIT: Duration = Duration::from_secs(10);

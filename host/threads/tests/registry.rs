@@ -486,7 +486,10 @@ async fn a_registry_of_the_first_schema_is_brought_up_to_date_keeping_its_thread
     let shown = registry.get(&old).await.unwrap().unwrap();
     assert_eq!(shown.result_hash.as_deref(), Some("old-hash"));
     let new = registry.start(new_thread("demo/new")).await.unwrap();
-    registry.finish(&new, kept("new-hash", b"{}")).await.unwrap();
+    registry
+        .finish(&new, kept("new-hash", b"{}"))
+        .await
+        .unwrap();
     assert_eq!(
         registry.result(&new).await.unwrap().as_deref(),
         Some(&b"{}"[..])
