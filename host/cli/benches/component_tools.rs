@@ -4,8 +4,9 @@
 //! and as a Python process tool, against a raw `bash -c` spawn from this
 //! process; rounds alternate so the machine's drift falls on all alike.
 //! Also the component tool's first run in a new server, with the
-//! compiled-component cache empty and warm, and the server's own CPU
-//! time per execute over executes back to back.
+//! compiled-component cache empty and warm, the server's own CPU time
+//! per execute over executes back to back, and executes and raw spawns
+//! interleaved one by one.
 //!
 //! Each tool answers its parameters back: the component is tool-probe
 //! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
@@ -24,6 +25,7 @@ use serde_json::{Value, json};
 
 const ROUNDS: usize = 5;
 const PER_ROUND: usize = 60;
+const PAIRS: usize = 1_000;
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
@@ -219,6 +221,20 @@ fn main() {
             "component tool, {BACK_TO_BACK} executes back to back: server CPU {:.0} us each, median {:.3} ms",
             used / BACK_TO_BACK as f64 * 1e6,
             ms(median(times))
+        );
+        // The comparison the target names, as side by side as one process
+        // can make it: each execute followed by a raw spawn, so whatever the
+        // machine does meanwhile falls on both alike.
+        let (mut executes, mut spawns) = (Vec::new(), Vec::new());
+        for _ in 0..PAIRS {
+            executes.push(execute(&client, &component).await.0);
+            spawns.push(spawn());
+        }
+        let (execute_ms, spawn_ms) = (ms(median(executes)), ms(median(spawns)));
+        println!(
+            "{PAIRS} pairs of a component execute then a raw bash -c spawn: execute {execute_ms:.3} ms, \
+             spawn {spawn_ms:.3} ms; spawn / component {:.1}x",
+            spawn_ms / execute_ms
         );
         client.cancel().await.unwrap();
     });
