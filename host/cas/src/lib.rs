@@ -185,6 +185,18 @@ impl<S: Storage> Cas<S> {
         Ok(hash)
     }
 
+    /// [`Cas::put_canonical`] for an object that cannot be in the store
+    /// yet (see [`Cas::put_new_object`]).
+    pub async fn put_new_canonical(&self, bytes: &[u8]) -> Result<ContentHash, CasError> {
+        let hash = ContentHash::of(bytes);
+        let key = Class::Object.key(&hash);
+        self.storage
+            .put_new(&key, bytes)
+            .await
+            .map_err(|e| io(&key, e))?;
+        Ok(hash)
+    }
+
     async fn put(&self, class: Class, hash: &ContentHash, bytes: &[u8]) -> Result<(), CasError> {
         let key = class.key(hash);
         self.storage.put(&key, bytes).await.map_err(|e| io(&key, e))

@@ -402,21 +402,24 @@ const KEPT_IN_REGISTRY: usize = 64 * 1024;
 async fn stored(recorder: &Recorder, run: &Finished) -> Ending {
     let (id, status, bytes) = (&run.id, run.status, &run.object);
     let (error, chain) = (run.error.clone(), run.chain.clone());
-    let hash = rye_cas::ContentHash::of(bytes);
-    let kept = if bytes.len() <= KEPT_IN_REGISTRY {
-        Some(Arc::from(&bytes[..]))
-    } else if let Err(e) = recorder.cas.put_canonical(bytes).await {
-        let why = format!("the result was not stored: {e}");
-        tracing::warn!("thread {id}: {why}");
-        return Ending {
-            status,
-            result_hash: None,
-            result: None,
-            error: error.or(Some(why)),
-            chain,
-        };
+    let (hash, kept) = if bytes.len() <= KEPT_IN_REGISTRY {
+        (rye_cas::ContentHash::of(bytes), Some(Arc::from(&bytes[..])))
     } else {
-        None
+        // The object names a fresh thread id: it cannot be there yet.
+        match recorder.cas.put_new_canonical(bytes).await {
+            Ok(hash) => (hash, None),
+            Err(e) => {
+                let why = format!("the result was not stored: {e}");
+                tracing::warn!("thread {id}: {why}");
+                return Ending {
+                    status,
+                    result_hash: None,
+                    result: None,
+                    error: error.or(Some(why)),
+                    chain,
+                };
+            }
+        }
     };
     Ending {
         status,
