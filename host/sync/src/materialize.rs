@@ -147,8 +147,11 @@ pub async fn sync<S: Storage>(
 /// [`sync`] for a folder known to hold exactly the items of the manifest
 /// `holds` (the files stamped in `stamps`) and nothing
 /// else, as [`clear_to`] leaves one: only what differs is touched, and
-/// the folder is not walked. What it did, and the stamps of the files it
-/// now holds (those kept keep theirs).
+/// the folder is not walked. The paths it holds were checked when they
+/// were written, so only those to be written are checked now (against
+/// every path of `manifest`), all before anything is touched. What it
+/// did, and the stamps of the files it now holds (those kept keep
+/// theirs).
 pub async fn sync_known<S: Storage>(
     cas: &Cas<S>,
     manifest: &Value,
@@ -156,9 +159,12 @@ pub async fn sync_known<S: Storage>(
     holds: &Value,
     mut stamps: Stamps,
 ) -> Result<(Synced, Stamps), SyncError> {
-    let (wanted, folders) = wanted(manifest)?;
+    let wanted = Sorted::of(manifest)?;
     let mut done = Synced::default();
-    let (gone, written) = differences(holds, &wanted, &mut done.kept);
+    let (gone, written) = differences(&Sorted::of_items(holds), &wanted, &mut done.kept);
+    for (path, entry, _) in &written {
+        wanted.check(path, entry)?;
+    }
     let dir =
         Dir::open_ambient_dir(target, ambient_authority()).map_err(|e| SyncError::io(target, e))?;
     // Removals first: a file in the way of a folder goes before the
@@ -174,7 +180,7 @@ pub async fn sync_known<S: Storage>(
         done.removed += 1;
         let mut at = path;
         while let Some((parent, _)) = at.rsplit_once('/') {
-            if folders.contains(parent) || dir.remove_dir(parent).is_err() {
+            if wanted.holds_under(parent) || dir.remove_dir(parent).is_err() {
                 break;
             }
             at = parent;
@@ -188,44 +194,116 @@ pub async fn sync_known<S: Storage>(
     Ok((done, stamps))
 }
 
-/// What of the items of the manifest `holds` goes and what of `wanted`
+/// A manifest's files sorted by path: path, entry, whether an item.
+struct Sorted<'a>(Vec<(&'a str, &'a str, bool)>);
+
+impl<'a> Sorted<'a> {
+    /// Every file `manifest` names, refusing a path named twice.
+    fn of(manifest: &'a Value) -> Result<Sorted<'a>, SyncError> {
+        let mut files = Vec::new();
+        for (section, item) in [("items", true), ("files", false)] {
+            let map = manifest.get(section).and_then(Value::as_object);
+            files.extend(
+                map.into_iter()
+                    .flatten()
+                    .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default(), item)),
+            );
+        }
+        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        if let Some(twice) = files.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(SyncError::Manifest(format!(
+                "the manifest names {:?} twice",
+                twice[0].0
+            )));
+        }
+        Ok(Sorted(files))
+    }
+
+    /// The items `manifest` names (a manifest a folder was found to hold).
+    fn of_items(manifest: &'a Value) -> Sorted<'a> {
+        let map = manifest.get("items").and_then(Value::as_object);
+        let mut files: Vec<_> = map
+            .into_iter()
+            .flatten()
+            .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default(), true))
+            .collect();
+        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        Sorted(files)
+    }
+
+    fn names(&self, path: &str) -> bool {
+        self.0.binary_search_by(|(p, ..)| (*p).cmp(path)).is_ok()
+    }
+
+    /// Whether a file named lies inside `folder`.
+    fn holds_under(&self, folder: &str) -> bool {
+        let prefix = format!("{folder}/");
+        let at = self.0.partition_point(|(p, ..)| *p < prefix.as_str());
+        self.0
+            .get(at)
+            .is_some_and(|(p, ..)| p.starts_with(prefix.as_str()))
+    }
+
+    /// Checks one of the files, `path` with `entry`, as [`wanted`] checks
+    /// them all: a path that stays inside, a hash, and neither a folder
+    /// above it nor itself also a folder of the manifest's files.
+    fn check(&self, path: &str, entry: &str) -> Result<(), SyncError> {
+        if let Some(why) = unsafe_path(path) {
+            return Err(SyncError::Manifest(format!(
+                "the manifest names {path:?}, which is not written: {why}"
+            )));
+        }
+        if entry.parse::<ContentHash>().is_err() {
+            return Err(SyncError::Manifest(format!("{path}: no hash")));
+        }
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if self.names(parent) {
+                return Err(both(parent));
+            }
+            at = parent;
+        }
+        if self.holds_under(path) {
+            return Err(both(path));
+        }
+        Ok(())
+    }
+}
+
+fn both(path: &str) -> SyncError {
+    SyncError::Manifest(format!(
+        "the manifest names {path:?} as a file and as a folder"
+    ))
+}
+
+/// What of the items a folder holds (`holds`) goes and what of `wanted`
 /// is written (path, entry, whether an item), in one pass over both
 /// sorted by path; the files that stay are counted in `kept`.
 fn differences<'a>(
-    holds: &'a Value,
-    wanted: &Wanted<'a>,
+    holds: &Sorted<'a>,
+    wanted: &Sorted<'a>,
     kept: &mut usize,
 ) -> (Vec<&'a str>, Vec<(&'a str, &'a str, bool)>) {
     use std::cmp::Ordering;
-    let holds: BTreeMap<&str, &str> = holds
-        .get("items")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default()))
-        .collect();
     let mut gone: Vec<&str> = Vec::new();
     let mut written: Vec<(&str, &str, bool)> = Vec::new();
-    let mut held = holds.iter().peekable();
-    let mut want = wanted.iter().peekable();
+    let mut held = holds.0.iter().peekable();
+    let mut want = wanted.0.iter().peekable();
     loop {
         let order = match (held.peek(), want.peek()) {
             (None, None) => break,
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
-            (Some((h, _)), Some((w, _))) => h.cmp(w),
+            (Some((h, ..)), Some((w, ..))) => h.cmp(w),
         };
         match order {
             Ordering::Less => gone.push(held.next().expect("peeked").0),
-            Ordering::Greater => {
-                let (path, (entry, item)) = want.next().expect("peeked");
-                written.push((path, entry, *item));
-            }
+            Ordering::Greater => written.push(*want.next().expect("peeked")),
             Ordering::Equal => {
-                let (_, had) = held.next().expect("peeked");
-                let (path, (entry, item)) = want.next().expect("peeked");
-                if had != entry {
-                    written.push((path, entry, *item));
+                let (_, had, _) = held.next().expect("peeked");
+                let wanted = want.next().expect("peeked");
+                if *had != wanted.1 {
+                    written.push(*wanted);
                 } else {
                     *kept += 1;
                 }
@@ -374,10 +452,8 @@ fn wanted(manifest: &Value) -> Result<(Wanted<'_>, BTreeSet<&str>), SyncError> {
     for path in wanted.keys() {
         add_folders_above(path, &mut folders);
     }
-    if let Some(both) = wanted.keys().find(|p| folders.contains(*p)) {
-        return Err(SyncError::Manifest(format!(
-            "the manifest names {both:?} as a file and as a folder"
-        )));
+    if let Some(path) = wanted.keys().find(|p| folders.contains(*p)) {
+        return Err(both(path));
     }
     Ok((wanted, folders))
 }

@@ -383,3 +383,71 @@ async fn a_folder_with_files_outside_its_item_folders_is_not_cleared() {
     assert!(!clear_to(target.path(), &first.manifest, &first.passed).unwrap());
     assert!(target.path().join("stray.txt").exists());
 }
+
+/// A folder brought to a manifest by the difference checks what it
+/// writes as a full sync checks everything: nothing is touched when one
+/// new path is bad, whatever the rest of the manifest.
+#[tokio::test]
+async fn a_sync_by_the_difference_refuses_bad_manifests_before_touching_anything() {
+    let f = fixture();
+    let store = f.project.path();
+    std::fs::remove_file(store.join(".ai/config/cas/manifest.yaml")).unwrap();
+    std::fs::remove_dir_all(store.join("docs")).unwrap();
+    let holds = built(&f).await.manifest;
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("project");
+    let (_, stamps) = sync(&f.cas, &holds, &root, None).await.unwrap();
+    let before = everything(&root);
+    let source = holds["items"][".ai/knowledge/k.md"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let with = |section: &str, path: &str, entry: &str| {
+        let mut manifest = holds.clone();
+        let map = manifest
+            .as_object_mut()
+            .unwrap()
+            .entry(section)
+            .or_insert_with(|| json!({}));
+        map[path] = json!(entry);
+        // A changed entry too, so the difference is never only the bad one.
+        manifest["items"][".ai/tools/demo/wc.yaml"] = json!(source);
+        manifest
+    };
+    for (manifest, says) in [
+        (
+            with("items", ".ai/knowledge/../../up.md", &source),
+            "not written",
+        ),
+        (with("items", "/abs.md", &source), "absolute"),
+        (
+            with("items", ".ai/knowledge/k.md/in.md", &source),
+            "as a file and as a folder",
+        ),
+        (
+            with("items", ".ai/knowledge", &source),
+            "as a file and as a folder",
+        ),
+        (
+            with("items", ".ai/knowledge/new.md", "not a hash"),
+            "no hash",
+        ),
+        (with("files", ".ai/knowledge/k.md", &source), "twice"),
+    ] {
+        let error = sync_known(&f.cas, &manifest, &root, &holds, stamps.clone())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{manifest}: {error}");
+        assert_eq!(everything(&root), before, "{manifest}");
+    }
+    // The same manifest without the bad path goes through.
+    let good = with("items", ".ai/knowledge/new.md", &source);
+    let (done, _) = sync_known(&f.cas, &good, &root, &holds, stamps)
+        .await
+        .unwrap();
+    assert_eq!((done.written, done.kept, done.removed), (2, 1, 0));
+    let fresh = work.path().join("fresh");
+    sync(&f.cas, &good, &fresh, None).await.unwrap();
+    assert_eq!(everything(&root), everything(&fresh));
+}
