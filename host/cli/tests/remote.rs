@@ -655,6 +655,27 @@ fn execute_pushes_what_changed_here_runs_it_and_brings_the_result_home() {
     assert!(ran["result"].to_string().contains("# a"), "{ran:#}");
     assert_eq!(ran["pulled"]["status"], "merged", "{ran:#}");
     assert_eq!(env.read(".ai/knowledge/state/out.md"), "# from the node\n");
+    // The project now is the head's manifest, and its stamps say so: the
+    // next push is read from them as a delta.
+    let history = env.ok(&["remote", "history"]);
+    let head_manifest = history["snapshots"][0]["project_manifest_hash"]
+        .as_str()
+        .unwrap();
+    let stamps = env.project().join(".ai/state/objects/stamps");
+    let project_stamps = std::fs::read_dir(&stamps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("project-")
+        })
+        .unwrap();
+    let text = std::fs::read_to_string(&project_stamps).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(header.ends_with(&format!(" {head_manifest}")), "{header}");
     assert_eq!(env.ok(&["remote", "pull"])["status"], "up-to-date");
 
     // An edit here, and meanwhile a run moves the head there.

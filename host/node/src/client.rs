@@ -29,7 +29,7 @@ use rye_sync::auth;
 use rye_sync::manifest::{self, SpaceKind};
 use rye_sync::merge::{Tree, three_way};
 use rye_sync::policy::{Policy, merge_into};
-use rye_sync::stamps::Stamps;
+use rye_sync::stamps::{Stamp, Stamps};
 use serde_json::{Map, Value, json};
 
 use crate::keys;
@@ -667,12 +667,7 @@ async fn build_space(
     policy: &Policy,
     trust_stamps: bool,
 ) -> Result<SpaceBuilt, ClientError> {
-    let at = root.canonicalize().unwrap_or_else(|_| root.to_owned());
-    let file = cas.storage().root().join("stamps").join(format!(
-        "{}-{}.json",
-        space.name(),
-        &ContentHash::of(at.to_string_lossy().as_bytes()).hex()[..16]
-    ));
+    let file = stamps_file(cas, root, space);
     let before = if trust_stamps {
         Stamps::load(&file)
     } else {
@@ -692,6 +687,16 @@ async fn build_space(
         before,
         after,
     })
+}
+
+/// Where the stamps of the space at `root` are kept.
+fn stamps_file(cas: &Cas<LocalStorage>, root: &Path, space: SpaceKind) -> PathBuf {
+    let at = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    cas.storage().root().join("stamps").join(format!(
+        "{}-{}.json",
+        space.name(),
+        &ContentHash::of(at.to_string_lossy().as_bytes()).hex()[..16]
+    ))
 }
 
 /// The project's own store of objects.
@@ -1437,10 +1442,8 @@ impl Client {
         };
         self.fetch(&cas, &blobs).await?;
         let policy = Policy::load(policy_spaces).map_err(local)?;
-        let ours_built = build_space(&cas, project, SpaceKind::Project, &policy, true)
-            .await?
-            .built;
-        let ours = Tree::of_manifest(&ours_built.manifest);
+        let ours_space = build_space(&cas, project, SpaceKind::Project, &policy, true).await?;
+        let ours = Tree::of_manifest(&ours_space.built.manifest);
         let merged = three_way(&cas, &base, &ours, &theirs)
             .await
             .map_err(local)?;
@@ -1480,6 +1483,26 @@ impl Client {
             }
         }
         rye_sync::materialize::apply(project, &writes, &removals).map_err(local)?;
+        // The stamps of the project as the pull leaves it. When that is
+        // the head's manifest exactly, they say so, and the next push
+        // reads its delta from them.
+        let mut stamps = ours_space.after;
+        for (path, _) in &writes {
+            let entry = merged.tree.items.get(path).or(merged.tree.files.get(path));
+            match (entry, std::fs::symlink_metadata(project.join(path))) {
+                (Some(entry), Ok(meta)) => {
+                    stamps.insert(path.clone(), Stamp::of(&meta, entry.clone()))
+                }
+                _ => stamps.remove(path),
+            }
+        }
+        for path in &removals {
+            stamps.remove(path);
+        }
+        if merged.conflicts.is_empty() && merged.tree == theirs {
+            stamps.make_up(theirs_hash.clone());
+        }
+        let _ = stamps.save(&stamps_file(&cas, project, SpaceKind::Project));
         last.snapshot = Some(head.clone());
         last.project_manifest = Some(theirs_hash);
         last.limits = self.known_limits().or(last.limits);
