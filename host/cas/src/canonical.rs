@@ -93,8 +93,15 @@ fn string(s: &str, out: &mut String) {
             out.push(HEX[usize::from((u >> shift) & 0xf)] as char);
         }
     };
+    // Printable ASCII other than a quote or a backslash is written as it
+    // is, a run at a time: paths and hashes are nothing else.
+    let escaped = |b: &u8| !matches!(b, b' '..=b'~') || *b == b'"' || *b == b'\\';
     out.push('"');
-    for c in s.chars() {
+    let mut rest = s;
+    while let Some(at) = rest.as_bytes().iter().position(escaped) {
+        out.push_str(&rest[..at]);
+        // Every byte before `at` is ASCII, so `at` starts a character.
+        let c = rest[at..].chars().next().expect("a character at a boundary");
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -103,7 +110,6 @@ fn string(s: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
             _ => {
                 let mut units = [0u16; 2];
                 for u in c.encode_utf16(&mut units) {
@@ -111,7 +117,9 @@ fn string(s: &str, out: &mut String) {
                 }
             }
         }
+        rest = &rest[at + c.len_utf8()..];
     }
+    out.push_str(rest);
     out.push('"');
 }
 
@@ -197,6 +205,50 @@ mod tests {
             let mut out = String::new();
             float(value, &mut out);
             assert_eq!(out, python, "{value:e}");
+        }
+    }
+
+    /// Every string, escaped a run at a time, is what escaping each
+    /// character on its own gives (as Python's `ensure_ascii` does).
+    #[test]
+    fn runs_of_plain_characters_escape_as_single_characters_do() {
+        fn one_by_one(s: &str) -> String {
+            let mut out = String::from('"');
+            for c in s.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    '\u{8}' => out.push_str("\\b"),
+                    '\u{c}' => out.push_str("\\f"),
+                    ' '..='~' => out.push(c),
+                    _ => {
+                        for u in c.encode_utf16(&mut [0u16; 2]) {
+                            out.push_str(&format!("\\u{u:04x}"));
+                        }
+                    }
+                }
+            }
+            out.push('"');
+            out
+        }
+        let pool: Vec<char> = "ab/.-_~ 09\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}\u{80}é\u{2028}\u{ffff}\u{1F600}"
+            .chars()
+            .collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..5000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 12) as usize;
+            let s: String = (0..len)
+                .map(|i| pool[((seed >> (i * 5)) % pool.len() as u64) as usize])
+                .collect();
+            let mut out = String::new();
+            string(&s, &mut out);
+            assert_eq!(out, one_by_one(&s), "{s:?}");
         }
     }
 
