@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -652,7 +653,25 @@ impl Ref {
 struct SpaceBuilt {
     built: manifest::Built,
     before: Option<Stamps>,
-    after: Stamps,
+    after: Arc<Stamps>,
+    /// The stamps being written for the next build, beside the requests
+    /// that follow the build.
+    saving: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SpaceBuilt {
+    /// Waits until the stamps are written.
+    fn saved(&mut self) {
+        if let Some(saving) = self.saving.take() {
+            let _ = saving.join();
+        }
+    }
+
+    /// The stamps, once written.
+    fn into_stamps(mut self) -> Stamps {
+        self.saved();
+        Arc::try_unwrap(self.after).unwrap_or_else(|shared| (*shared).clone())
+    }
 }
 
 /// The manifest of the space at `root`, reading only the files the
@@ -678,14 +697,25 @@ async fn build_space(
         .map_err(local)?;
     // Only a cache: a build that cannot keep its stamps costs the next
     // build a full read, nothing more. Stamps that would say again what
-    // the file says are not written.
-    if !before.as_ref().is_some_and(|k| after.says_what(k)) {
-        let _ = after.save(&file);
-    }
+    // the file says are not written; others are written while the build
+    // is sent.
+    let after = Arc::new(after);
+    let saving = if before.as_ref().is_some_and(|k| after.says_what(k)) {
+        None
+    } else {
+        let stamps = Arc::clone(&after);
+        std::thread::Builder::new()
+            .name("rye-stamps".into())
+            .spawn(move || {
+                let _ = stamps.save(&file);
+            })
+            .ok()
+    };
     Ok(SpaceBuilt {
         built,
         before,
         after,
+        saving,
     })
 }
 
@@ -1184,6 +1214,12 @@ impl Client {
             sent,
             skipped,
         };
+        let mut space = space;
+        space.saved();
+        let mut user_built = user_built;
+        if let Some(u) = user_built.as_mut() {
+            u.saved();
+        }
         // A large space's manifest and stamps take milliseconds to free:
         // not on the way to the answer.
         let _ = std::thread::Builder::new().spawn(move || drop((space, user_built)));
@@ -1486,7 +1522,7 @@ impl Client {
         // The stamps of the project as the pull leaves it. When that is
         // the head's manifest exactly, they say so, and the next push
         // reads its delta from them.
-        let mut stamps = ours_space.after;
+        let mut stamps = ours_space.into_stamps();
         for (path, _) in &writes {
             let entry = merged.tree.items.get(path).or(merged.tree.files.get(path));
             match (entry, std::fs::symlink_metadata(project.join(path))) {
