@@ -101,7 +101,10 @@ fn string(s: &str, out: &mut String) {
     while let Some(at) = rest.as_bytes().iter().position(escaped) {
         out.push_str(&rest[..at]);
         // Every byte before `at` is ASCII, so `at` starts a character.
-        let c = rest[at..].chars().next().expect("a character at a boundary");
+        let c = rest[at..]
+            .chars()
+            .next()
+            .expect("a character at a boundary");
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -234,9 +237,10 @@ mod tests {
             out.push('"');
             out
         }
-        let pool: Vec<char> = "ab/.-_~ 09\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}\u{80}é\u{2028}\u{ffff}\u{1F600}"
-            .chars()
-            .collect();
+        let pool: Vec<char> =
+            "ab/.-_~ 09\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}\u{80}é\u{2028}\u{ffff}\u{1F600}"
+                .chars()
+                .collect();
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         for _ in 0..5000 {
             seed ^= seed << 13;
