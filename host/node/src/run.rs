@@ -265,7 +265,10 @@ impl Workspace {
                 materialize::sync(cas, project, &self.project(), stamps.as_ref()).await?
             }
         };
-        self.project_stamps = Some(stamps);
+        // No one but the node writes here: what it wrote more than the
+        // stamps' margin ago is trusted when the run is read back, rather
+        // than read, hashed and stored again (on a first run, every file).
+        self.project_stamps = Some(stamps.retaken());
         let empty = serde_json::json!({});
         let (_, stamps) = materialize::sync(
             cas,
@@ -274,7 +277,7 @@ impl Workspace {
             self.user_stamps.as_ref(),
         )
         .await?;
-        self.user_stamps = Some(stamps);
+        self.user_stamps = Some(stamps.retaken());
         empty_folder(&self.home())?;
         Ok(done)
     }

@@ -273,6 +273,18 @@ impl Stamps {
         std::fs::rename(&temp, file)
     }
 
+    /// The same stamps, taken now: for a folder no one but the stamper
+    /// has written since the stamps began (a node's own workspace,
+    /// which it has just brought to a snapshot), so that a file stamped
+    /// more than the margin before now is trusted. Whatever changes it
+    /// after this changes it at least the margin after such a file's
+    /// modification time, which therefore differs from its stamp.
+    pub fn retaken(mut self) -> Stamps {
+        let now = Stamps::begin().taken;
+        self.taken = self.taken.max(now);
+        self
+    }
+
     /// The same stamps, taken `by` nanoseconds later (for tests that
     /// need stamps old enough to be trusted).
     #[doc(hidden)]
@@ -302,6 +314,44 @@ const HEADER: &str = "rye-stamps 1";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stamps of a folder its stamper alone wrote, taken again once
+    /// the writing is done, trust what was written more than the margin
+    /// before, and not what was written since.
+    #[test]
+    fn stamps_taken_again_trust_what_was_written_before_the_margin() {
+        let dir = tempfile::tempdir().unwrap();
+        let (older, newer) = (dir.path().join("older.md"), dir.path().join("newer.md"));
+        let mut stamps = Stamps::begin();
+        stamps.taken -= 60_000_000_000;
+        for file in [&older, &newer] {
+            std::fs::write(file, "text").unwrap();
+        }
+        std::fs::File::options()
+            .write(true)
+            .open(&older)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(30))
+            .unwrap();
+        for (rel, file) in [("older.md", &older), ("newer.md", &newer)] {
+            let meta = std::fs::symlink_metadata(file).unwrap();
+            stamps.insert(rel.into(), Stamp::of(&meta, rel.into()));
+            assert!(stamps.known(rel, &meta).is_none(), "after the first taking");
+        }
+        let stamps = stamps.retaken();
+        let meta = |file: &Path| std::fs::symlink_metadata(file).unwrap();
+        assert_eq!(
+            stamps.known("older.md", &meta(&older)).unwrap().entry,
+            "older.md"
+        );
+        assert!(
+            stamps.known("newer.md", &meta(&newer)).is_none(),
+            "within the margin"
+        );
+        // Never taken earlier than it was.
+        let later = stamps.clone().later(3_600_000_000_000);
+        assert_eq!(later.clone().retaken().taken, later.taken);
+    }
 
     #[test]
     fn a_file_is_trusted_only_unchanged_and_older_than_the_taking() {
