@@ -1,6 +1,7 @@
 //! Every tool execution is a thread: a record in the project's registry
 //! (`.ai/state/threads/registry.db`) made when the run starts and ended
-//! when it ends, with the whole result stored as an object in the
+//! when it ends (a short run's start only noted beside it, in
+//! `starts.log`, and the run recorded whole at its end), with the whole result stored as an object in the
 //! project's content-addressed store (`.ai/state/objects/`). A run whose
 //! future is dropped (a client's cancel) is recorded as cancelled; one
 //! whose process dies is found by the registry's sweep.
@@ -118,10 +119,11 @@ impl Threads {
     }
 
     /// Starts recording a run of `item_id` with `parameters`. The start
-    /// is written when something waits for it (a run about to have
-    /// effects; see [`Recording::begun`]) or once the run has gone on for
-    /// [`WHOLE_WITHIN`]; a run that ends before either is recorded whole,
-    /// in one transaction, at its end. Needs a tokio runtime.
+    /// is noted beside the registry when something waits for it (a run
+    /// about to have effects; see [`Recording::begun`]) and written in it
+    /// once the run has gone on for [`WHOLE_WITHIN`]; a run that ends
+    /// before that is recorded whole, in one transaction, at its end.
+    /// Needs a tokio runtime.
     pub(crate) fn start(
         self: &Arc<Self>,
         project: &Path,
@@ -142,6 +144,7 @@ impl Threads {
         };
         let threads = self.clone();
         let project = project.to_owned();
+        let project_dir = project.clone();
         let (begun, written) = tokio::sync::watch::channel(false);
         let claim = Arc::new(Claim::default());
         let started_at = rye_threads::now_ms();
@@ -173,6 +176,12 @@ impl Threads {
             writing: self.writing.clone(),
             hurry: self.hurry.clone(),
             claim,
+            note: Some(Arc::new(Note {
+                threads: self.clone(),
+                project: project_dir,
+                new: new.clone(),
+                at: started_at,
+            })),
             whole: Some((new, started_at)),
         }
     }
@@ -195,8 +204,10 @@ type Started = tokio::task::JoinHandle<Result<Arc<Recorder>, String>>;
 /// nothing waits for it, so a longer run is seen running.
 const WHOLE_WITHIN: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Who writes a run's first record: the start (a row `running`, ended
-/// later) or the end (the whole run at once). Whichever takes it first.
+/// Who writes a run's first record in the registry: the start (a row
+/// `running`, ended later) or the end (the whole run at once). Whichever
+/// takes it first; a start only noted beside the registry (`NOTED`) still
+/// leaves it to either.
 #[derive(Default)]
 pub(crate) struct Claim {
     taken: std::sync::atomic::AtomicU8,
@@ -208,19 +219,39 @@ pub(crate) struct Claim {
 const UNTAKEN: u8 = 0;
 const STARTED: u8 = 1;
 const WHOLE: u8 = 2;
+const NOTED: u8 = 3;
 
 impl Claim {
-    /// Takes the first record for `who`; false when the other has it.
+    /// Takes the first record for `who`; false when another has it. A
+    /// noted start may be taken from nothing only; a started or a whole
+    /// record from nothing or from a noted start.
     fn take(&self, who: u8) -> bool {
         use std::sync::atomic::Ordering;
-        match self
-            .taken
-            .compare_exchange(UNTAKEN, who, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => true,
-            Err(taken) => taken == who,
+        let mut now = self.taken.load(Ordering::Acquire);
+        loop {
+            if now == who {
+                return true;
+            }
+            if !(now == UNTAKEN || (now == NOTED && who != NOTED)) {
+                return false;
+            }
+            match self
+                .taken
+                .compare_exchange(now, who, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(taken) => now = taken,
+            }
         }
     }
+}
+
+/// What noting a run's start takes.
+struct Note {
+    threads: Arc<Threads>,
+    project: PathBuf,
+    new: NewThread,
+    at: i64,
 }
 
 /// A run being recorded. Ending it is the run's last step; dropped
@@ -233,22 +264,55 @@ pub(crate) struct Recording {
     writing: Writing,
     hurry: Hurry,
     claim: Arc<Claim>,
+    /// What noting the start beside the registry takes; none for a run
+    /// another host started.
+    note: Option<Arc<Note>>,
     /// The thread as started, and when, for a run recorded whole.
     whole: Option<(NewThread, i64)>,
 }
 
-/// Waits until a run's thread record is written: what a run does that
-/// outlives it (a process, a request, a call) waits for this, so nothing
-/// starts that a killed host leaves without a record naming it.
+/// Waits until a run's start is kept where a killed host cannot take it
+/// back: what a run does that outlives it (a process, a request, a call)
+/// waits for this, so nothing starts that a killed host leaves without a
+/// record naming it.
 #[derive(Clone)]
-pub(crate) struct Begun(tokio::sync::watch::Receiver<bool>, Arc<Claim>);
+pub(crate) struct Begun {
+    written: tokio::sync::watch::Receiver<bool>,
+    claim: Arc<Claim>,
+    note: Option<Arc<Note>>,
+}
 
 impl Begun {
-    /// Done when the record is written or could not be (the run then goes
-    /// on unrecorded, with a warning at its end).
+    /// Done when the start is noted beside the registry (one append), or
+    /// else written in it, or could be neither (the run then goes on
+    /// unrecorded, with a warning at its end).
     pub(crate) async fn wait(mut self) {
-        self.1.wake.notify_one();
-        let _ = self.0.wait_for(|written| *written).await;
+        if let Some(note) = self.note.take()
+            && self.noted(&note).await
+        {
+            return;
+        }
+        self.claim.wake.notify_one();
+        let _ = self.written.wait_for(|written| *written).await;
+    }
+
+    /// Whether the start is noted now. Not when its record is being
+    /// written already (the run went on long enough), nor when the note
+    /// fails: the start's writer, woken, writes it instead.
+    async fn noted(&self, note: &Note) -> bool {
+        let Ok(recorder) = note.threads.recorder(&note.project).await else {
+            return false;
+        };
+        if !self.claim.take(NOTED) {
+            return false;
+        }
+        match recorder.registry.note_start(&note.new, note.at) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("{e}; the start is written in the registry instead");
+                false
+            }
+        }
     }
 }
 
@@ -271,6 +335,7 @@ impl Recording {
             writing: threads.writing.clone(),
             hurry: threads.hurry.clone(),
             claim,
+            note: None,
             whole: None,
         }
     }
@@ -281,7 +346,11 @@ impl Recording {
 
     /// What waits for the thread's record to be written.
     pub(crate) fn begun(&self) -> Begun {
-        Begun(self.begun.clone(), self.claim.clone())
+        Begun {
+            written: self.begun.clone(),
+            claim: self.claim.clone(),
+            note: self.note.clone(),
+        }
     }
 
     /// The thread as started, if its end is to record it whole (nothing
@@ -388,6 +457,13 @@ async fn write_pending(recorder: &Recorder) {
             }
         }
     }
+    // The starts this host noted are mostly of runs just recorded whole:
+    // folding them from time to time keeps their file short.
+    if recorder.registry.fold_due()
+        && let Err(e) = recorder.registry.fold_starts().await
+    {
+        tracing::warn!("{e}");
+    }
 }
 
 /// Results up to this size (their object's canonical bytes) are kept in
@@ -474,5 +550,35 @@ impl Drop for Recording {
             });
             writing(&self.writing, handle);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A run about to act waits for its start to be kept; the start is
+    /// noted beside the registry, and a host that dies right after (before
+    /// anything is written in the registry) still leaves the run to be
+    /// found by the next one.
+    #[tokio::test]
+    async fn a_start_waited_for_is_noted_and_found_after_its_host_dies() {
+        let project = tempfile::tempdir().unwrap();
+        let threads = Arc::new(Threads::new(true));
+        let recording = threads.start(project.path(), "demo/call", &json!({}), None);
+        recording.begun().wait().await;
+        let id = recording.id().to_owned();
+        let dir = state_dir(project.path()).join("threads");
+        let noted = std::fs::read_to_string(dir.join("starts.log")).unwrap();
+        assert!(noted.contains(&id), "{noted}");
+        // Nothing more of this run is written: its host is gone.
+        std::mem::forget(recording);
+
+        let next = Registry::open(&dir).await.unwrap();
+        let thread = next.get(&id).await.unwrap().expect("the run is found");
+        assert_eq!(thread.status, Status::Running);
+        assert_eq!(thread.pid, Some(std::process::id()));
+        assert_eq!(thread.item_id, "demo/call");
     }
 }

@@ -15,6 +15,7 @@
 //! their writes.
 
 mod process;
+mod starts;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -116,6 +117,12 @@ pub enum ThreadError {
     Corrupt(String),
     #[error("the thread registry's worker stopped: {0}")]
     Worker(String),
+    #[error("{path}: the noted starts cannot be written or read: {source}")]
+    Starts {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What a new thread records.
@@ -256,6 +263,7 @@ const BUSY_WAIT: Duration = Duration::from_secs(10);
 pub struct Registry {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    starts: Arc<starts::Starts>,
 }
 
 /// Milliseconds since the Unix epoch, as the registry's times are kept.
@@ -321,6 +329,7 @@ impl Registry {
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path,
+            starts: Arc::new(starts::Starts::new(dir)),
         })
     }
 
@@ -362,12 +371,46 @@ impl Registry {
         let now = now_ms();
         self.run(move |conn| {
             let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-            insert_thread(&tx, &recorded, &new, now, None)?;
+            // A noted start folded in while the run went on is this row.
+            if status_of(&tx, &recorded)? != Some(Status::Running) {
+                insert_thread(&tx, &recorded, &new, now, None)?;
+            }
             tx.commit()?;
             Ok(())
         })
         .await?;
         Ok(id)
+    }
+
+    /// Notes the start of thread `new.thread_id` at `at` (ms since the
+    /// epoch) in one append to the file beside the registry: a killed
+    /// host's run is found there when a registry is next opened. The run
+    /// is then recorded whole at its end, or started with [`Self::start`]
+    /// if it goes on; either finds the row a fold may have made meanwhile.
+    pub fn note_start(&self, new: &NewThread, at: i64) -> Result<(), ThreadError> {
+        let id = new
+            .thread_id
+            .as_deref()
+            .ok_or_else(|| ThreadError::NotFound("a start noted without its thread id".into()))?;
+        self.starts.note(id, new, at)
+    }
+
+    /// Whether this host has noted enough starts to fold them now.
+    pub fn fold_due(&self) -> bool {
+        self.starts.fold_due()
+    }
+
+    /// Folds the noted starts into the registry as running threads (a
+    /// thread it holds already is left as it is) and empties their file;
+    /// how many were added.
+    pub async fn fold_starts(&self) -> Result<usize, ThreadError> {
+        let starts = self.starts.clone();
+        self.run(move |conn| starts.fold(conn)).await
+    }
+
+    /// The file noted starts are appended to.
+    pub fn starts_path(&self) -> &Path {
+        self.starts.path()
     }
 
     /// Records a whole run at once, started at `started_at` (ms since the
@@ -408,7 +451,12 @@ impl Registry {
             let mut answers = Vec::with_capacity(ended.len());
             for run in ended.iter() {
                 let now = now_ms();
-                let changed = match &run.whole {
+                // A run whose noted start was folded in has a row to end.
+                let whole = match &run.whole {
+                    Some(_) if status_of(&tx, &run.id)?.is_some() => None,
+                    whole => whole.as_ref(),
+                };
+                let changed = match whole {
                     Some((new, started_at)) => {
                         let at = now.max(*started_at);
                         insert_thread(&tx, &run.id, new, *started_at, Some((&run.ending, at)))?;
@@ -543,9 +591,14 @@ impl Registry {
         .await
     }
 
-    /// Marks every running thread whose process is gone as `killed`; the
-    /// ids it marked.
+    /// Folds the noted starts in, then marks every running thread whose
+    /// process is gone as `killed`; the ids it marked. Noted starts that
+    /// cannot be read (the file is a link, or unreadable) are left where
+    /// they are, with a warning: the registry still opens.
     pub async fn recover(&self) -> Result<Vec<String>, ThreadError> {
+        if let Err(e) = self.fold_starts().await {
+            tracing::warn!("{e}");
+        }
         let running = self.list(Some(Status::Running), u32::MAX).await?;
         let mut swept = Vec::new();
         for thread in running {

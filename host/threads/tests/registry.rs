@@ -388,18 +388,22 @@ async fn runs_ended_together_are_each_answered_and_one_refused_costs_the_others_
     // The refused run keeps what it had.
     assert_eq!(hash(done.clone()).await.as_deref(), Some("aa"));
 
-    // A run the registry cannot take (its id already recorded) fails the
-    // group as a whole: nothing of it is written.
+    // A whole run whose id is recorded already (its noted start was
+    // folded in) ends that row; one that ended already is refused alone.
     let other = registry.start(new_thread("demo/other")).await.unwrap();
-    let failed = registry
+    let answers = registry
         .end_all(vec![
             ended(&other, "c1", None),
             ended("quick-2", "c2", Some((quick, started_at))),
         ])
-        .await;
-    assert!(failed.is_err(), "{failed:?}");
-    let other = registry.get(&other).await.unwrap().unwrap();
-    assert_eq!(other.status, Status::Running);
+        .await
+        .unwrap();
+    assert!(answers[0].is_ok(), "{answers:?}");
+    assert!(
+        matches!(&answers[1], Err(ThreadError::NotRunning { id, status: Status::Completed }) if id == "quick-2"),
+        "{answers:?}"
+    );
+    assert_eq!(hash(other).await.as_deref(), Some("c1"));
     assert_eq!(hash("quick-2".into()).await.as_deref(), Some("b2"));
 }
 
@@ -494,4 +498,204 @@ async fn a_registry_of_the_first_schema_is_brought_up_to_date_keeping_its_thread
         registry.result(&new).await.unwrap().as_deref(),
         Some(&b"{}"[..])
     );
+}
+
+const NOTER: &str = "RYE_THREADS_TEST_NOTER";
+
+/// The runner the noted-start kill test kills: notes a start (nothing in
+/// the registry), says its id, waits.
+#[tokio::test]
+async fn noter_for_the_kill_test() {
+    let Some(dir) = std::env::var_os(NOTER) else {
+        return;
+    };
+    let registry = Registry::open(std::path::Path::new(&dir)).await.unwrap();
+    let mut new = new_thread("demo/call");
+    let id = rye_threads::new_thread_id();
+    new.thread_id = Some(id.clone());
+    registry.note_start(&new, rye_threads::now_ms()).unwrap();
+    println!("THREAD {id}");
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+}
+
+#[tokio::test]
+async fn a_host_killed_after_only_noting_a_start_leaves_its_run_found_and_marked_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "noter_for_the_kill_test",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(NOTER, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split_once("THREAD ")
+                .map(|(_, id)| id.trim().to_owned())
+        })
+        .expect("the runner noted a start");
+    let pid = child.id();
+
+    // While it runs, an open folds the start in as a running thread.
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let running = registry.get(&id).await.unwrap().expect("folded in");
+    assert_eq!(running.status, Status::Running);
+    assert_eq!(running.pid, Some(pid));
+    assert_eq!(running.item_id, "demo/call");
+    assert_eq!(
+        std::fs::metadata(registry.starts_path()).unwrap().len(),
+        0,
+        "folded starts leave their file"
+    );
+    registry.close().await;
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let killed = registry.get(&id).await.unwrap().unwrap();
+    assert_eq!(killed.status, Status::Killed, "{killed:?}");
+    assert!(
+        killed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains(&format!("pid {pid}")),
+        "{killed:?}"
+    );
+}
+
+fn noted(registry: &Registry, item: &str) -> (String, NewThread) {
+    let mut new = new_thread(item);
+    let id = rye_threads::new_thread_id();
+    new.thread_id = Some(id.clone());
+    registry.note_start(&new, rye_threads::now_ms()).unwrap();
+    (id, new)
+}
+
+#[tokio::test]
+async fn a_noted_run_ends_as_one_thread_however_its_start_and_end_meet_a_fold() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+
+    // Recorded whole before any fold: the fold then adds nothing.
+    let (whole, new) = noted(&registry, "demo/whole");
+    let ended = Ended {
+        id: whole.clone(),
+        ending: completed("aa"),
+        whole: Some((new, rye_threads::now_ms())),
+    };
+    registry
+        .end_all(vec![ended])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .unwrap();
+    assert_eq!(registry.fold_starts().await.unwrap(), 0);
+
+    // Folded while it ran, then ended as a whole run: its row is ended.
+    let (folded, new) = noted(&registry, "demo/folded");
+    assert_eq!(registry.fold_starts().await.unwrap(), 1);
+    let ended = Ended {
+        id: folded.clone(),
+        ending: completed("bb"),
+        whole: Some((new, rye_threads::now_ms())),
+    };
+    registry
+        .end_all(vec![ended])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .unwrap();
+
+    // Folded, then started in the registry as a long run is: one row,
+    // still running, then finished.
+    let (long, new) = noted(&registry, "demo/long");
+    assert_eq!(registry.fold_starts().await.unwrap(), 1);
+    assert_eq!(registry.start(new).await.unwrap(), long);
+    registry.finish(&long, completed("cc")).await.unwrap();
+
+    for (id, hash) in [(&whole, "aa"), (&folded, "bb"), (&long, "cc")] {
+        let thread = registry.get(id).await.unwrap().unwrap();
+        assert_eq!(thread.status, Status::Completed, "{thread:?}");
+        assert_eq!(thread.result_hash.as_deref(), Some(hash));
+        let log = registry.events(id, 0).await.unwrap();
+        assert_eq!(
+            log.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+            ["started", "finished"],
+            "{id}"
+        );
+    }
+    assert_eq!(registry.list(None, 100).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn noted_starts_that_are_not_starts_are_dropped_and_the_good_ones_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let (good, _) = noted(&registry, "demo/good");
+    let me = serde_json::to_value(ProcessIdentity::current().unwrap()).unwrap();
+    let line = |id: &str, process: &serde_json::Value| {
+        json!({
+            "thread_id": id, "parent_id": null, "item_type": "tool",
+            "item_id": "demo/bad", "params_hash": "0", "execution_mode": "sync",
+            "created_at": 1, "process": process,
+        })
+        .to_string()
+    };
+    let hostile = [
+        "not json at all".to_owned(),
+        "{\"thread_id\": ".to_owned(),
+        // An id of another shape, one far too long, and no process.
+        line("../../etc/passwd", &me),
+        line(&"a".repeat(5000), &me),
+        line(&rye_threads::new_thread_id(), &serde_json::Value::Null),
+        // Cut off mid-line, as a write torn by a full disk leaves it.
+        line(&rye_threads::new_thread_id(), &me)[..40].to_owned(),
+    ];
+    let mut text = std::fs::read_to_string(registry.starts_path()).unwrap();
+    for bad in &hostile {
+        text.push_str(bad);
+        text.push('\n');
+    }
+    std::fs::write(registry.starts_path(), text).unwrap();
+
+    assert_eq!(registry.fold_starts().await.unwrap(), 1);
+    let threads = registry.list(None, 100).await.unwrap();
+    assert_eq!(threads.len(), 1, "{threads:?}");
+    assert_eq!(threads[0].thread_id, good);
+    assert_eq!(std::fs::metadata(registry.starts_path()).unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn a_link_where_noted_starts_go_is_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("victim");
+    std::fs::write(&target, "untouched\n").unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    std::os::unix::fs::symlink(&target, registry.starts_path()).unwrap();
+
+    let mut new = new_thread("demo/call");
+    new.thread_id = Some(rye_threads::new_thread_id());
+    let refused = registry
+        .note_start(&new, rye_threads::now_ms())
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("starts.log"),
+        "names the file: {refused}"
+    );
+    // A fold refuses it too, and the registry still opens.
+    assert!(registry.fold_starts().await.is_err());
+    let reopened = Registry::open(dir.path()).await.unwrap();
+    assert!(reopened.list(None, 10).await.unwrap().is_empty());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
 }
