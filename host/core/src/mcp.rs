@@ -24,8 +24,10 @@
 //! ([`rye_mcp_client::ToolDefinition::hash`]). A call goes ahead only when
 //! the server's current definition has that hash.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rye_mcp_client::{ToolDefinition, Transport};
 use rye_space::{ItemKind, Space};
@@ -114,8 +116,8 @@ impl Rye {
         };
         let project = session.project_dir();
         let host_env = |name: &str| std::env::var(name).ok();
-        let (transport, resolved) =
-            transport(&config, &project, &host_env).map_err(|e| format!("{at}: {e}"))?;
+        let (transport, resolved) = transport(&config, &project, &host_env, &self.programs)
+            .map_err(|e| format!("{at}: {e}"))?;
         let startup = match config.get("timeout") {
             None => DEFAULT_STARTUP_SECS,
             Some(Value::Number(n)) if n.as_f64().is_some_and(|s| s > 0.0 && s.is_finite()) => {
@@ -149,6 +151,7 @@ fn transport(
     config: &Map<String, Value>,
     project: &Path,
     host_env: &dyn Fn(&str) -> Option<String>,
+    programs: &Programs,
 ) -> Result<(Transport, Vec<Value>), String> {
     let text = |key: &str| config.get(key).and_then(Value::as_str);
     let mapping = |key: &str| -> Result<Vec<(String, String)>, String> {
@@ -181,7 +184,7 @@ fn transport(
                 Some(other) => return Err(format!("args must be a list, found {other}")),
             };
             let env = mapping("env")?;
-            let program = resolve_program(&expand(command, host_env), host_env)?;
+            let program = resolve_program(&expand(command, host_env), host_env, programs)?;
             let cwd = match text("cwd") {
                 Some(cwd) => project.join(expand(cwd, host_env)),
                 None => project.to_owned(),
@@ -258,12 +261,58 @@ fn expand(text: &str, host_env: &dyn Fn(&str) -> Option<String>) -> String {
 fn resolve_program(
     command: &str,
     host_env: &dyn Fn(&str) -> Option<String>,
+    programs: &Programs,
 ) -> Result<String, String> {
     if command.contains('/') {
         return Ok(command.to_owned());
     }
     let path = host_env("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    programs.found(&path, command, Instant::now())
+}
+
+/// Programs found on `PATH`, each looked for again once what was found is
+/// [`FOUND_FOR`] old: a warm call does not stat a file in every folder of
+/// `PATH`, and a program installed earlier on it is still picked up (its
+/// server then gets a session of its own).
+#[derive(Default)]
+pub(crate) struct Programs(Mutex<HashMap<(String, String), Found>>);
+
+/// Where a program was found on `PATH` (or why not), and when.
+type Found = (Result<String, String>, Instant);
+
+/// How long a program found on `PATH` is taken as found.
+const FOUND_FOR: Duration = Duration::from_secs(1);
+
+/// Distinct (PATH, command) pairs remembered at most.
+const PROGRAMS_KEPT: usize = 256;
+
+impl Programs {
+    fn found(&self, path: &str, command: &str, now: Instant) -> Result<String, String> {
+        let key = (path.to_owned(), command.to_owned());
+        let known = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some((found, at)) = known
+            && now.saturating_duration_since(at) < FOUND_FOR
+        {
+            return found;
+        }
+        let found = look_on_path(path, command);
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= PROGRAMS_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, (found.clone(), now));
+        found
+    }
+}
+
+/// The first executable file `command` in the folders of `path`.
+fn look_on_path(path: &str, command: &str) -> Result<String, String> {
+    std::env::split_paths(path)
         .map(|dir| dir.join(command))
         .find(|candidate| {
             use std::os::unix::fs::PermissionsExt;
@@ -373,7 +422,13 @@ mod tests {
     #[test]
     fn server_configs_take_the_host_environment_only_where_they_say() {
         let config = json!({"command": "sh", "args": ["-c", "${TOKEN}"], "env": {"A": "${TOKEN}", "B": "${MISSING:-d}", "C": 3}, "cwd": "sub"});
-        let (stdio, _) = transport(config.as_object().unwrap(), Path::new("/proj"), &env).unwrap();
+        let (stdio, _) = transport(
+            config.as_object().unwrap(),
+            Path::new("/proj"),
+            &env,
+            &Programs::default(),
+        )
+        .unwrap();
         let Transport::Stdio(plan) = stdio else {
             panic!("not stdio")
         };
@@ -390,7 +445,13 @@ mod tests {
         assert_eq!(plan.cwd.as_deref(), Some(Path::new("/proj/sub")));
 
         let http = json!({"transport": "http", "url": "https://mcp.test/mcp", "headers": {"X": "${TOKEN}"}, "bearer_token_env": "TOKEN"});
-        let (reached, _) = transport(http.as_object().unwrap(), Path::new("/p"), &env).unwrap();
+        let (reached, _) = transport(
+            http.as_object().unwrap(),
+            Path::new("/p"),
+            &env,
+            &Programs::default(),
+        )
+        .unwrap();
         assert_eq!(
             reached,
             Transport::Http {
@@ -419,9 +480,50 @@ mod tests {
             ),
             (json!({"transport": "carrier-pigeon"}), "not stdio or http"),
         ] {
-            let error = transport(bad.as_object().unwrap(), Path::new("/p"), &env).unwrap_err();
+            let error = transport(
+                bad.as_object().unwrap(),
+                Path::new("/p"),
+                &env,
+                &Programs::default(),
+            )
+            .unwrap_err();
             assert!(error.contains(expect), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn a_program_found_on_path_is_looked_for_again_once_a_second() {
+        use std::os::unix::fs::PermissionsExt;
+        let (early, late) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let install = |dir: &Path| {
+            let program = dir.join("server");
+            std::fs::write(&program, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+            program.display().to_string()
+        };
+        let path = format!("{}:{}", early.path().display(), late.path().display());
+        let programs = Programs::default();
+        let start = Instant::now();
+        assert!(programs.found(&path, "server", start).is_err());
+        let in_late = install(late.path());
+        // What was found (here, nothing) holds for a second.
+        assert!(programs.found(&path, "server", start).is_err());
+        let later = start + FOUND_FOR;
+        assert_eq!(programs.found(&path, "server", later), Ok(in_late.clone()));
+        let in_early = install(early.path());
+        assert_eq!(programs.found(&path, "server", later), Ok(in_late));
+        assert_eq!(
+            programs.found(&path, "server", later + FOUND_FOR),
+            Ok(in_early)
+        );
+        // Another PATH is another question.
+        let other = late.path().display().to_string();
+        assert!(
+            programs
+                .found(&other, "server", later)
+                .unwrap()
+                .starts_with(&other)
+        );
     }
 
     #[test]
