@@ -712,6 +712,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // its watches.
     config.watch = matches!(cli.command, Command::Serve { .. });
     config.snapshot = !config.watch;
+    config.components.spares = config.watch;
     if cli.allow_unsigned_project {
         config.integrity.allow_unsigned_project = true;
     }

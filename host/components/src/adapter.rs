@@ -4,14 +4,14 @@ use std::path::PathBuf;
 
 use rye_gate::HostCall;
 use serde_json::Value;
-use wasmtime::Store;
 
 use crate::bindings::adapter::exports::rye::plugin::planning as wit;
 use crate::bindings::adapter::rye::plugin::{host as wit_host, types as wit_types};
 use crate::error::{ComponentError, ComponentErrorKind};
-use crate::host::{ComponentHost, LoadedComponent, Pre};
+use crate::host::{ComponentHost, LoadedComponent, Pre, arm_deadline, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
+use crate::spare::Spare;
 use crate::world::World;
 
 /// One element of the chain an adapter plans for.
@@ -124,14 +124,27 @@ impl ComponentHost {
             }));
         };
         let limits = self.config().limits(World::RuntimeAdapter);
-        let mut state = CallState::granted(limits.memory, grants).map_err(|(dir, e)| {
+        let cannot_grant = |(dir, e): (PathBuf, String)| {
             fail(ComponentErrorKind::Io(format!(
                 "cannot grant {}: {e}",
                 dir.display()
             )))
-        })?;
-        state.services = Some(services);
-        let mut store: Store<CallState> = self.store_with(World::RuntimeAdapter, state);
+        };
+        let (mut store, made) = match self.spares.take(&component.hash) {
+            Some(spare) => {
+                let mut store = spare.store;
+                store.data_mut().grant(grants).map_err(cannot_grant)?;
+                store.data_mut().services = Some(services);
+                store.data_mut().slot = Some(self.slots_of(World::RuntimeAdapter).take());
+                arm_deadline(&mut store, limits);
+                (store, Some(spare.adapter))
+            }
+            None => {
+                let mut state = CallState::granted(limits.memory, grants).map_err(cannot_grant)?;
+                state.services = Some(services);
+                (self.store_with(World::RuntimeAdapter, state), None)
+            }
+        };
 
         let input = wit::PlanInput {
             chain: request
@@ -149,10 +162,33 @@ impl ComponentHost {
             user_space: request.user_space.display().to_string(),
             system_space: request.system_space.display().to_string(),
         };
-        let result = pre
-            .instantiate(&mut store)
-            .and_then(|adapter| adapter.rye_plugin_planning().call_plan(&mut store, &input));
-        let result = result.map_err(|e| fail(self.classify(&store, World::RuntimeAdapter, e)))?;
+        let result = match made {
+            Some(adapter) => Ok(adapter),
+            None => pre.instantiate(&mut store),
+        }
+        .and_then(|adapter| adapter.rye_plugin_planning().call_plan(&mut store, &input));
+        let result = result.map_err(|e| fail(self.classify(&store, World::RuntimeAdapter, e)));
+        if self.config().spares {
+            // The spent instance is dropped, and the next made, off the
+            // caller's path; its slot and services are given back now.
+            store.data_mut().slot = None;
+            store.data_mut().services = None;
+            let (engine, pre, hash) = (self.engine().clone(), pre.clone(), component.hash);
+            self.spares.after(store, hash, move || {
+                let mut state = CallState::sandboxed(limits.memory);
+                state.world = Some(World::RuntimeAdapter);
+                let mut store = deadline_store(&engine, state, limits.deadline);
+                let adapter = pre.instantiate(&mut store).ok()?;
+                Some(Spare {
+                    hash,
+                    store,
+                    adapter,
+                })
+            });
+        } else {
+            drop(store);
+        }
+        let result = result?;
         Ok(match result {
             Ok(planned) => {
                 let (action, raw_notes) = match planned {

@@ -65,6 +65,11 @@ pub struct HostConfig {
     /// bytes are as trusted as the binary that holds them; one the engine
     /// refuses (another CPU, other settings) is compiled as usual.
     pub precompiled: Option<Precompiled>,
+    /// Make each adapter instance ahead of its plan, and drop the spent
+    /// one, on a thread of the host's: for a host that plans again and
+    /// again (a server); a one-command process would make a spare it never
+    /// uses.
+    pub spares: bool,
 }
 
 impl Default for HostConfig {
@@ -85,6 +90,7 @@ impl Default for HostConfig {
             pooling: true,
             instances_per_world: 0,
             precompiled: None,
+            spares: false,
         }
     }
 }
@@ -225,6 +231,8 @@ pub struct ComponentHost {
     loaded_commands: Mutex<HashMap<[u8; 32], Arc<LoadedCommand>>>,
     /// Commands running on async tasks now.
     async_runs: Arc<AtomicUsize>,
+    /// An instance of the last adapter planned with, made ahead.
+    pub(crate) spares: crate::spare::Spares,
 }
 
 impl ComponentHost {
@@ -257,6 +265,7 @@ impl ComponentHost {
             commands,
             commands_async,
             async_runs: Arc::default(),
+            spares: crate::spare::Spares::default(),
             loaded_commands: Mutex::default(),
             engine,
             linkers,
@@ -398,13 +407,7 @@ impl ComponentHost {
     /// A store around `state` with `deadline` armed and its memory cap
     /// enforced; no world's slot.
     pub(crate) fn deadline_store(&self, state: CallState, deadline: Duration) -> Store<CallState> {
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limiter);
-        let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
-        // One extra tick: the current one may be about to end.
-        store.set_epoch_deadline(ticks + 1);
-        store.epoch_deadline_trap();
-        store
+        deadline_store(&self.engine, state, deadline)
     }
 
     /// Takes component files' stamps from `listings`, whose watches then
@@ -551,6 +554,11 @@ impl ComponentHost {
 
     /// A store around `state` (built with the world's memory cap), with the
     /// world's deadline armed.
+    /// The instance slots of `world`.
+    pub(crate) fn slots_of(&self, world: World) -> &Arc<crate::slots::Slots> {
+        &self.slots[world_index(world)]
+    }
+
     pub(crate) fn store_with(&self, world: World, mut state: CallState) -> Store<CallState> {
         let limits = self.config.limits(world);
         state.slot = Some(self.slots[world_index(world)].take());
@@ -586,6 +594,22 @@ impl ComponentHost {
         arm_deadline(&mut store, limits);
         Ok(store)
     }
+}
+
+/// A store of `engine` around `state` with `deadline` armed and its
+/// memory cap enforced.
+pub(crate) fn deadline_store(
+    engine: &Engine,
+    state: CallState,
+    deadline: Duration,
+) -> Store<CallState> {
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+    // One extra tick: the current one may be about to end.
+    store.set_epoch_deadline(ticks + 1);
+    store.epoch_deadline_trap();
+    store
 }
 
 /// Arms the deadline of the next call in `store`.

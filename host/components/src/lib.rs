@@ -39,6 +39,7 @@ mod parse;
 mod sandbox;
 mod services;
 mod slots;
+mod spare;
 mod validate;
 mod walker;
 mod world;

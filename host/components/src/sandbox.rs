@@ -50,27 +50,15 @@ impl CallState {
         grants: &[PathBuf],
     ) -> Result<Self, (PathBuf, String)> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
-        let mut builder = WasiCtx::builder();
-        builder
-            // Calls are synchronous already (on a blocking thread or in
-            // block_in_place); a trip to tokio's blocking pool for every
-            // file a guest looks at would only add latency.
-            .allow_blocking_current_thread(true)
-            .stderr(stderr.clone())
-            .wall_clock(FrozenClock)
-            .monotonic_clock(FrozenClock)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        for dir in grants {
-            let guest = dir
-                .to_str()
-                .ok_or_else(|| (dir.clone(), "the path is not UTF-8".to_owned()))?;
-            builder
-                .preopened_dir(dir, guest, FsPerms::ReadOnly)
-                .map_err(|e| (dir.clone(), format!("{e:#}")))?;
-        }
-        Ok(Self::with_context(builder.build(), memory_cap, stderr))
+        let wasi = context(&stderr, grants)?;
+        Ok(Self::with_context(wasi, memory_cap, stderr))
+    }
+
+    /// Gives a call not yet made (its instance never called) the views of
+    /// `grants` in place of those it had.
+    pub(crate) fn grant(&mut self, grants: &[PathBuf]) -> Result<(), (PathBuf, String)> {
+        self.wasi = context(&self.stderr, grants)?;
+        Ok(())
     }
 
     /// A call's state around the WASI context `wasi`.
@@ -104,6 +92,32 @@ impl CallState {
     pub(crate) fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&self.stderr.contents()).into_owned()
     }
+}
+
+/// The sandbox's WASI context around `stderr`, with read-only views of
+/// `grants`.
+fn context(stderr: &MemoryOutputPipe, grants: &[PathBuf]) -> Result<WasiCtx, (PathBuf, String)> {
+    let mut builder = WasiCtx::builder();
+    builder
+        // Calls are synchronous already (on a blocking thread or in
+        // block_in_place); a trip to tokio's blocking pool for every
+        // file a guest looks at would only add latency.
+        .allow_blocking_current_thread(true)
+        .stderr(stderr.clone())
+        .wall_clock(FrozenClock)
+        .monotonic_clock(FrozenClock)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    for dir in grants {
+        let guest = dir
+            .to_str()
+            .ok_or_else(|| (dir.clone(), "the path is not UTF-8".to_owned()))?;
+        builder
+            .preopened_dir(dir, guest, FsPerms::ReadOnly)
+            .map_err(|e| (dir.clone(), format!("{e:#}")))?;
+    }
+    Ok(builder.build())
 }
 
 impl WasiView for CallState {

@@ -491,3 +491,69 @@ fn calls_run_in_parallel() {
         }
     });
 }
+
+struct NoServices;
+
+impl rye_components::AdapterServices for NoServices {
+    fn get_env(&mut self, _: &str) -> Option<String> {
+        None
+    }
+    fn environment(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    fn which(&mut self, _: &str) -> Option<String> {
+        None
+    }
+    fn run_declared_command(&mut self, _: &str) -> Result<String, String> {
+        Err("none".into())
+    }
+    fn read_config(
+        &mut self,
+        _: rye_components::PluginSpace,
+        _: &str,
+    ) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+}
+
+/// Plans are served by instances made ahead of them, yet each instance
+/// serves one plan: an adapter that counts its calls and keeps the last
+/// parameters it saw always finds itself new.
+#[test]
+fn every_plan_has_an_instance_no_other_plan_touched() {
+    let host = ComponentHost::new(HostConfig {
+        spares: true,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let adapter = host
+        .load(
+            Path::new(artifacts::ADAPTER_REMEMBERS),
+            World::RuntimeAdapter,
+        )
+        .unwrap();
+    let views = tempfile::tempdir().unwrap();
+    for round in 0..20 {
+        let request = rye_components::PlanRequest {
+            chain: Vec::new(),
+            parameters: serde_json::json!({"secret": round}),
+            project_path: PathBuf::from("/p"),
+            user_space: PathBuf::from("/u"),
+            system_space: PathBuf::from("/s"),
+        };
+        let grants = [views.path().to_owned()];
+        let planned = host
+            .plan(&adapter, &request, &grants, Box::new(NoServices))
+            .unwrap()
+            .unwrap();
+        let rye_components::PlannedAction::Process(process) = planned.action else {
+            panic!("not a process plan");
+        };
+        assert_eq!(process.args, ["1", ""], "round {round}");
+        // Spares are made on a thread of the host's: give it the time a
+        // client's next request would, or none at all.
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Adapter instances made ahead of their calls.
+//!
+//! A plan is one call into a fresh instance of the runtime adapter. Making
+//! that instance, and resetting the memory it dirtied once the call is
+//! done, is most of what a plan costs, and neither depends on the call.
+//! So the host keeps one instance of the adapter it last planned with,
+//! made and never called. A plan takes it and gives it the call's views
+//! and services. The spent store goes to a thread of the host's, which
+//! drops it and then makes the next spare. Each instance still serves one
+//! call only: nothing of one plan reaches the next.
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use wasmtime::Store;
+
+use crate::bindings::adapter::RuntimeAdapter;
+use crate::sandbox::CallState;
+
+/// An instance of the adapter whose file has SHA-256 `hash`, never called.
+pub(crate) struct Spare {
+    pub hash: [u8; 32],
+    pub store: Store<CallState>,
+    pub adapter: RuntimeAdapter,
+}
+
+/// What the spares' thread does after a plan: drop the spent store, then
+/// make the next spare of adapter `hash` (one message, one wake-up).
+struct Chore {
+    spent: Store<CallState>,
+    hash: [u8; 32],
+    make: Box<dyn FnOnce() -> Option<Spare> + Send>,
+}
+
+/// The spare, and the thread that makes it.
+#[derive(Default)]
+pub(crate) struct Spares {
+    ready: Arc<Mutex<Option<Spare>>>,
+    chores: Mutex<Option<Sender<Chore>>>,
+}
+
+impl Spares {
+    /// The spare of adapter `hash`, if one is ready. A spare of another
+    /// adapter is dropped: one is kept at most.
+    pub(crate) fn take(&self, hash: &[u8; 32]) -> Option<Spare> {
+        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        match ready.take() {
+            Some(spare) if spare.hash == *hash => Some(spare),
+            other => {
+                drop(ready);
+                drop(other);
+                None
+            }
+        }
+    }
+
+    /// Hands `spent` to the thread to drop, then `make` to make the next
+    /// spare of adapter `hash` with. Both are dropped here if the thread
+    /// cannot be started.
+    pub(crate) fn after(
+        &self,
+        spent: Store<CallState>,
+        hash: [u8; 32],
+        make: impl FnOnce() -> Option<Spare> + Send + 'static,
+    ) {
+        let mut chores = self.chores.lock().unwrap_or_else(|e| e.into_inner());
+        if chores.is_none() {
+            let (send, receive) = std::sync::mpsc::channel();
+            let ready = self.ready.clone();
+            let started = std::thread::Builder::new()
+                .name("rye-spares".into())
+                .spawn(move || work(&receive, &ready));
+            if started.is_err() {
+                return;
+            }
+            *chores = Some(send);
+        }
+        let chore = Chore {
+            spent,
+            hash,
+            make: Box::new(make),
+        };
+        if chores.as_ref().expect("started above").send(chore).is_err() {
+            *chores = None;
+        }
+    }
+}
+
+/// The thread: while the host lives, drop what is spent and make spares.
+/// A spare is made only when none for the same adapter is ready.
+fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
+    while let Ok(Chore { spent, hash, make }) = chores.recv() {
+        drop(spent);
+        let kept = ready.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.as_ref().is_some_and(|spare| spare.hash == hash) {
+            continue;
+        }
+        drop(kept);
+        let Some(spare) = make() else { continue };
+        let old = ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(spare);
+        drop(old);
+    }
+}
