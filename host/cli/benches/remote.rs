@@ -193,6 +193,19 @@ fn report(items: usize, rounds: &[[Duration; 2]], last: &Value) {
         ms(fastest),
         ms(part(1)),
     );
+    // The node's first runs of a project make and read back its
+    // workspace; the rounds after them are what a user sees from then on.
+    let (first, then) = rounds.split_at(3.min(rounds.len()));
+    println!(
+        "  the first three rounds {} ms; the {} after them: median {:.0} ms",
+        first
+            .iter()
+            .map(|r| format!("{:.0}", ms(r[0])))
+            .collect::<Vec<_>>()
+            .join(", "),
+        then.len(),
+        ms(median(then.iter().map(|r| r[0]).collect())),
+    );
     println!(
         "  last round: client phases (ms) {}; on the node: workspace {}, phases (ms) {}",
         last["client_ms"], last["workspace"], last["timings_ms"]

@@ -657,6 +657,8 @@ struct SpaceBuilt {
     /// The stamps being written for the next build, beside the requests
     /// that follow the build.
     saving: Option<std::thread::JoinHandle<()>>,
+    /// Where the stamps are kept.
+    file: PathBuf,
 }
 
 impl SpaceBuilt {
@@ -703,7 +705,7 @@ async fn build_space(
     let saving = if before.as_ref().is_some_and(|k| after.says_what(k)) {
         None
     } else {
-        let stamps = Arc::clone(&after);
+        let (stamps, file) = (Arc::clone(&after), file.clone());
         std::thread::Builder::new()
             .name("rye-stamps".into())
             .spawn(move || {
@@ -716,6 +718,7 @@ async fn build_space(
         before,
         after,
         saving,
+        file,
     })
 }
 
@@ -1121,10 +1124,11 @@ impl Client {
         {
             self.assume_limits(limits);
         }
-        let space = build_space(&cas, project, SpaceKind::Project, &policy, trust_stamps).await?;
+        let mut space =
+            build_space(&cas, project, SpaceKind::Project, &policy, trust_stamps).await?;
         let built = &space.built;
         let mut skipped = built.skipped.clone();
-        let user_built = match user.filter(|u| u.join(".ai").is_dir()) {
+        let mut user_built = match user.filter(|u| u.join(".ai").is_dir()) {
             Some(user) => {
                 Some(build_space(&cas, user, SpaceKind::User, &policy, trust_stamps).await?)
             }
@@ -1214,9 +1218,7 @@ impl Client {
             sent,
             skipped,
         };
-        let mut space = space;
         space.saved();
-        let mut user_built = user_built;
         if let Some(u) = user_built.as_mut() {
             u.saved();
         }
@@ -1522,6 +1524,7 @@ impl Client {
         // The stamps of the project as the pull leaves it. When that is
         // the head's manifest exactly, they say so, and the next push
         // reads its delta from them.
+        let file = ours_space.file.clone();
         let mut stamps = ours_space.into_stamps();
         for (path, _) in &writes {
             let entry = merged.tree.items.get(path).or(merged.tree.files.get(path));
@@ -1538,7 +1541,7 @@ impl Client {
         if merged.conflicts.is_empty() && merged.tree == theirs {
             stamps.make_up(theirs_hash.clone());
         }
-        let _ = stamps.save(&stamps_file(&cas, project, SpaceKind::Project));
+        let _ = stamps.save(&file);
         last.snapshot = Some(head.clone());
         last.project_manifest = Some(theirs_hash);
         last.limits = self.known_limits().or(last.limits);

@@ -200,8 +200,22 @@ struct Sorted<'a>(Vec<(&'a str, &'a str, bool)>);
 impl<'a> Sorted<'a> {
     /// Every file `manifest` names, refusing a path named twice.
     fn of(manifest: &'a Value) -> Result<Sorted<'a>, SyncError> {
+        let files = Self::from(manifest, &[("items", true), ("files", false)]);
+        if let Some(twice) = files.0.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(twice_named(twice[0].0));
+        }
+        Ok(files)
+    }
+
+    /// The items `manifest` names (a manifest a folder was found to hold).
+    fn of_items(manifest: &'a Value) -> Sorted<'a> {
+        Self::from(manifest, &[("items", true)])
+    }
+
+    /// The files of `sections` (each with whether it holds items).
+    fn from(manifest: &'a Value, sections: &[(&str, bool)]) -> Sorted<'a> {
         let mut files = Vec::new();
-        for (section, item) in [("items", true), ("files", false)] {
+        for &(section, item) in sections {
             let map = manifest.get(section).and_then(Value::as_object);
             files.extend(
                 map.into_iter()
@@ -209,24 +223,6 @@ impl<'a> Sorted<'a> {
                     .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default(), item)),
             );
         }
-        files.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        if let Some(twice) = files.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(SyncError::Manifest(format!(
-                "the manifest names {:?} twice",
-                twice[0].0
-            )));
-        }
-        Ok(Sorted(files))
-    }
-
-    /// The items `manifest` names (a manifest a folder was found to hold).
-    fn of_items(manifest: &'a Value) -> Sorted<'a> {
-        let map = manifest.get("items").and_then(Value::as_object);
-        let mut files: Vec<_> = map
-            .into_iter()
-            .flatten()
-            .map(|(path, entry)| (path.as_str(), entry.as_str().unwrap_or_default(), true))
-            .collect();
         files.sort_unstable_by(|a, b| a.0.cmp(b.0));
         Sorted(files)
     }
@@ -248,14 +244,7 @@ impl<'a> Sorted<'a> {
     /// them all: a path that stays inside, a hash, and neither a folder
     /// above it nor itself also a folder of the manifest's files.
     fn check(&self, path: &str, entry: &str) -> Result<(), SyncError> {
-        if let Some(why) = unsafe_path(path) {
-            return Err(SyncError::Manifest(format!(
-                "the manifest names {path:?}, which is not written: {why}"
-            )));
-        }
-        if entry.parse::<ContentHash>().is_err() {
-            return Err(SyncError::Manifest(format!("{path}: no hash")));
-        }
+        checked(path, Some(entry))?;
         let mut at = path;
         while let Some((parent, _)) = at.rsplit_once('/') {
             if self.names(parent) {
@@ -268,6 +257,23 @@ impl<'a> Sorted<'a> {
         }
         Ok(())
     }
+}
+
+/// `entry`, the entry of `path`, if `path` stays inside the folder and
+/// `entry` is a hash.
+fn checked<'e>(path: &str, entry: Option<&'e str>) -> Result<&'e str, SyncError> {
+    if let Some(why) = unsafe_path(path) {
+        return Err(SyncError::Manifest(format!(
+            "the manifest names {path:?}, which is not written: {why}"
+        )));
+    }
+    entry
+        .filter(|entry| entry.parse::<ContentHash>().is_ok())
+        .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))
+}
+
+fn twice_named(path: &str) -> SyncError {
+    SyncError::Manifest(format!("the manifest names {path:?} twice"))
 }
 
 fn both(path: &str) -> SyncError {
@@ -432,19 +438,9 @@ fn wanted(manifest: &Value) -> Result<(Wanted<'_>, BTreeSet<&str>), SyncError> {
             continue;
         };
         for (path, hash) in map {
-            if let Some(why) = unsafe_path(path) {
-                return Err(SyncError::Manifest(format!(
-                    "the manifest names {path:?}, which is not written: {why}"
-                )));
-            }
-            let hash = hash
-                .as_str()
-                .filter(|h| h.parse::<ContentHash>().is_ok())
-                .ok_or_else(|| SyncError::Manifest(format!("{path}: no hash")))?;
+            let hash = checked(path, hash.as_str())?;
             if wanted.insert(path.as_str(), (hash, item)).is_some() {
-                return Err(SyncError::Manifest(format!(
-                    "the manifest names {path:?} twice"
-                )));
+                return Err(twice_named(path));
             }
         }
     }
