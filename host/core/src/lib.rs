@@ -31,6 +31,7 @@ pub mod mcp;
 mod mcp_servers;
 mod metadata;
 mod parse;
+mod programs;
 mod reply;
 mod rye;
 mod search;

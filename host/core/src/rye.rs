@@ -39,7 +39,7 @@ pub struct Rye {
     /// Warm sessions with MCP servers, shared by every call.
     pub(crate) mcp: rye_mcp_client::Pool,
     /// The programs stdio servers were found as on `PATH`.
-    pub(crate) programs: crate::mcp::Programs,
+    pub(crate) programs: crate::programs::Programs,
     /// This host's program, shown to adapters as `RYE_EXECUTABLE`.
     pub(crate) executable: Option<PathBuf>,
     /// The thread registries of the projects tools ran in.
@@ -129,7 +129,7 @@ impl Rye {
             validator_info: Mutex::default(),
             validations: Mutex::new(Generational::new(crate::cache::VALIDATION_CACHE_ENTRIES)),
             mcp: rye_mcp_client::Pool::new(mcp_idle()),
-            programs: crate::mcp::Programs::default(),
+            programs: crate::programs::Programs::default(),
             executable: config.executable,
             threads: Arc::new(crate::threads::Threads::new(config.record_threads)),
             adapter_env: std::sync::OnceLock::new(),
