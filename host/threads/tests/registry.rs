@@ -101,6 +101,27 @@ fn uuid_shape(id: &str) -> (usize, usize, usize, usize, usize) {
 
 const RUNNER: &str = "RYE_THREADS_TEST_RUNNER";
 
+/// Starts this test binary's test `name` as a runner for the registry in
+/// `dir` (passed in `variable`); the runner and the thread id it says.
+fn runner(name: &str, variable: &str, dir: &std::path::Path) -> (std::process::Child, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(variable, dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        // libtest writes "test name ... " without a line end before it.
+        .find_map(|line| {
+            line.split_once("THREAD ")
+                .map(|(_, id)| id.trim().to_owned())
+        })
+        .expect("the runner said its thread");
+    (child, id)
+}
+
 /// The runner the kill test kills: records a thread, says its id, waits.
 #[tokio::test]
 async fn runner_for_the_kill_test() {
@@ -117,27 +138,7 @@ async fn runner_for_the_kill_test() {
 #[tokio::test]
 async fn a_runner_killed_mid_run_is_marked_killed_on_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "runner_for_the_kill_test",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(RUNNER, dir.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let id = std::io::BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        // libtest writes "test name ... " without a line end before it.
-        .find_map(|line| {
-            line.split_once("THREAD ")
-                .map(|(_, id)| id.trim().to_owned())
-        })
-        .expect("the runner recorded a thread");
+    let (mut child, id) = runner("runner_for_the_kill_test", RUNNER, dir.path());
     let pid = child.id();
 
     // While it runs, opening the registry leaves it running.
@@ -521,26 +522,7 @@ async fn noter_for_the_kill_test() {
 #[tokio::test]
 async fn a_host_killed_after_only_noting_a_start_leaves_its_run_found_and_marked_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "noter_for_the_kill_test",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(NOTER, dir.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let id = std::io::BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.split_once("THREAD ")
-                .map(|(_, id)| id.trim().to_owned())
-        })
-        .expect("the runner noted a start");
+    let (mut child, id) = runner("noter_for_the_kill_test", NOTER, dir.path());
     let pid = child.id();
 
     // While it runs, an open folds the start in as a running thread.
