@@ -681,3 +681,51 @@ async fn a_link_where_noted_starts_go_is_never_followed() {
     assert!(reopened.list(None, 10).await.unwrap().is_empty());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
 }
+
+/// Starts noted by one host while another folds them, over and over:
+/// the lock on the file keeps a fold from emptying it between a line's
+/// write and its reading, so every start ends up in the registry once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_noted_while_another_host_folds_are_all_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let noting = Registry::open(dir.path()).await.unwrap();
+    let folding = Registry::open(dir.path()).await.unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let notes: Vec<_> = (0..4)
+        .map(|_| {
+            let noting = noting.clone();
+            std::thread::spawn(move || {
+                (0..300)
+                    .map(|_| noted(&noting, "demo/many").0)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let folder = {
+        let (folding, done) = (folding.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut folds = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                folding.fold_starts().await.unwrap();
+                folds += 1;
+            }
+            folds
+        })
+    };
+    let mut ids: Vec<String> = notes.into_iter().flat_map(|n| n.join().unwrap()).collect();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(folder.await.unwrap() > 0);
+    folding.fold_starts().await.unwrap();
+
+    let mut kept: Vec<String> = folding
+        .list(None, u32::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.thread_id)
+        .collect();
+    ids.sort();
+    kept.sort();
+    assert_eq!(kept.len(), 1200);
+    assert_eq!(kept, ids);
+}
