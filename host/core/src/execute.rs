@@ -739,8 +739,9 @@ impl<'a> ToolRun<'a> {
             return Ok(self.dry_run_result(&chain));
         }
         if chain.primitive().item_id == GRAPH_PRIMITIVE {
+            // The walk logs its steps to the thread as it goes.
             if let Some(begun) = self.begun.take() {
-                begun.wait().await;
+                begun.recorded().await;
             }
             let ran = self.walk(&chain).await?;
             return Ok(self.record(&chain, &lock, ran));

@@ -292,6 +292,13 @@ impl Begun {
         {
             return;
         }
+        self.recorded().await;
+    }
+
+    /// Done when the start is written in the registry itself, or could
+    /// not be: for a run that logs events to its thread as it goes (a
+    /// graph walk), which need the thread's row.
+    pub(crate) async fn recorded(mut self) {
         self.claim.wake.notify_one();
         let _ = self.written.wait_for(|written| *written).await;
     }
