@@ -107,6 +107,8 @@ pub enum ThreadError {
     Db(#[from] rusqlite::Error),
     #[error("no thread {0}")]
     NotFound(String),
+    #[error("{0}: the thread has no id")]
+    MissingId(&'static str),
     #[error("thread {id} is {status}, not running; it ends only once")]
     NotRunning { id: String, status: Status },
     #[error(
@@ -391,7 +393,7 @@ impl Registry {
         let id = new
             .thread_id
             .as_deref()
-            .ok_or_else(|| ThreadError::NotFound("a start noted without its thread id".into()))?;
+            .ok_or(ThreadError::MissingId("noting a start"))?;
         self.starts.note(id, new, at)
     }
 

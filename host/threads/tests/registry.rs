@@ -682,6 +682,22 @@ async fn a_link_where_noted_starts_go_is_never_followed() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
 }
 
+#[tokio::test]
+async fn a_start_without_its_id_is_refused_and_nothing_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::open(dir.path()).await.unwrap();
+    let refused = registry
+        .note_start(&new_thread("demo/call"), rye_threads::now_ms())
+        .unwrap_err();
+    assert!(
+        matches!(refused, rye_threads::ThreadError::MissingId(_)),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("no id"), "{refused}");
+    assert_eq!(registry.fold_starts().await.unwrap(), 0);
+    assert!(registry.list(None, 10).await.unwrap().is_empty());
+}
+
 /// Starts noted by one host while another folds them, over and over:
 /// the lock on the file keeps a fold from emptying it between a line's
 /// write and its reading, so every start ends up in the registry once.
