@@ -3,7 +3,12 @@
 //! alone.
 
 use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0, RequestId,
+};
 use rmcp::service::RxJsonRpcMessage;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 /// JSON-RPC's code for text that is not JSON.
@@ -72,6 +77,9 @@ pub fn read_message(line: &[u8]) -> Line {
     }
     // A well-formed message is read straight into its type; only one that
     // is not is read as plain JSON, to find what to answer.
+    if let Some(message) = tool_call(line) {
+        return Line::Message(Box::new(message));
+    }
     if let Ok(message) = serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
         return Line::Message(Box::new(message));
     }
@@ -96,6 +104,39 @@ pub fn read_message(line: &[u8]) -> Line {
     }
 }
 
+/// The members of a message that say what it is.
+#[derive(Deserialize)]
+struct Head<'a> {
+    /// Checked to be "2.0"; not otherwise needed.
+    #[serde(rename = "jsonrpc")]
+    _version: JsonRpcVersion2_0,
+    id: Option<RequestId>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    result: Option<IgnoredAny>,
+    error: Option<IgnoredAny>,
+}
+
+/// A `tools/call` request, read in two direct passes: its head, then the
+/// call itself. The general reading tries each kind of message, and each
+/// kind of request, on a buffered copy of the whole message, which is
+/// most of the cost of reading a call. Anything else, or a call that does
+/// not read this way, is `None` and read the general way, which decides
+/// what it is and what to answer.
+fn tool_call(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+    let head: Head = serde_json::from_slice(line).ok()?;
+    let id = head.id?;
+    if head.method.as_deref() != Some("tools/call") || head.result.is_some() || head.error.is_some()
+    {
+        return None;
+    }
+    let request: CallToolRequest = serde_json::from_slice(line).ok()?;
+    Some(JsonRpcMessage::Request(JsonRpcRequest::new(
+        id,
+        ClientRequest::CallToolRequest(request),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +152,54 @@ mod tests {
         assert_eq!(recover_id(br#"{"id":"a\"b"#), None);
         assert_eq!(recover_id(b"{garbage"), None);
         assert_eq!(recover_id(br#"{"id":{"#), None);
+    }
+
+    /// The message as the general reading makes it, and as `read_message`
+    /// does, both written back as JSON (the types compare no other way).
+    fn both_ways(line: &str) -> (Option<Value>, Option<Value>) {
+        let general = serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(line)
+            .ok()
+            .map(|m| serde_json::to_value(m).unwrap());
+        let read = match read_message(line.as_bytes()) {
+            Line::Message(m) => Some(serde_json::to_value(*m).unwrap()),
+            _ => None,
+        };
+        (general, read)
+    }
+
+    #[test]
+    fn tool_calls_read_directly_are_the_messages_the_general_reading_makes() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"item_id":"a/b","n":18446744073709551615,"f":1.5e300,"neg":-7,"deep":{"x":[1,{"y":null}]}}}}"#,
+            r#"{"jsonrpc":"2.0","id":"s-1","method":"tools/call","params":{"name":"search","_meta":{"progressToken":"t9"},"arguments":{}}}"#,
+            r#"{"params":{"arguments":{"q":"\u00e9\n"},"name":"load"},"method":"tools\/call","id":-3,"jsonrpc":"2.0","extra":true}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute"}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute","arguments":null}}"#,
+        ];
+        for line in lines {
+            assert!(
+                tool_call(line.as_bytes()).is_some(),
+                "read directly: {line}"
+            );
+            let (general, read) = both_ways(line);
+            assert!(general.is_some(), "{line}");
+            assert_eq!(general, read, "{line}");
+        }
+        // Not calls, or not calls that read directly: each is left to the
+        // general way, which reads it, or decides what to answer.
+        let others = [
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{},"params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"x"}}"#,
+        ];
+        for line in others {
+            assert!(tool_call(line.as_bytes()).is_none(), "not direct: {line}");
+        }
     }
 
     #[test]
