@@ -9,7 +9,7 @@
 //! drops it and then makes the next spare. Each instance still serves one
 //! call only: nothing of one plan reaches the next.
 
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
 use wasmtime::Store;
@@ -36,8 +36,18 @@ struct Chore {
 #[derive(Default)]
 pub(crate) struct Spares {
     ready: Arc<Mutex<Option<Spare>>>,
-    chores: Mutex<Option<Sender<Chore>>>,
+    chores: Mutex<Option<SyncSender<Chore>>>,
 }
+
+/// Chores waiting at most: past them (the thread starved by a host busy
+/// on every core), a plan drops its spent store itself and no spare is
+/// made, so spent stores, and the pool slots they hold, never pile up.
+const CHORES_QUEUED: usize = 4;
+
+/// How much lower than the calls the spares' thread runs (a nice value):
+/// woken by a plan, it does not take the core from the call that woke
+/// it, and still gets its share when every core is busy.
+const SPARES_NICE: i32 = 10;
 
 impl Spares {
     /// The spare of adapter `hash`, if one is ready. A spare of another
@@ -65,7 +75,7 @@ impl Spares {
     ) {
         let mut chores = self.chores.lock().unwrap_or_else(|e| e.into_inner());
         if chores.is_none() {
-            let (send, receive) = std::sync::mpsc::channel();
+            let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
             let ready = self.ready.clone();
             let started = std::thread::Builder::new()
                 .name("rye-spares".into())
@@ -80,8 +90,17 @@ impl Spares {
             hash,
             make: Box::new(make),
         };
-        if chores.as_ref().expect("started above").send(chore).is_err() {
-            *chores = None;
+        match chores.as_ref().expect("started above").try_send(chore) {
+            Ok(()) => {}
+            Err(TrySendError::Full(chore)) => {
+                drop(chores);
+                drop(chore);
+            }
+            Err(TrySendError::Disconnected(chore)) => {
+                *chores = None;
+                drop(chores);
+                drop(chore);
+            }
         }
     }
 }
@@ -89,6 +108,9 @@ impl Spares {
 /// The thread: while the host lives, drop what is spent and make spares.
 /// A spare is made only when none for the same adapter is ready.
 fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
+    // On Linux a nice value set for a thread id is that thread's alone.
+    // Failing to lower it leaves the thread as it was.
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), SPARES_NICE);
     while let Ok(Chore { spent, hash, make }) = chores.recv() {
         drop(spent);
         let kept = ready.lock().unwrap_or_else(|e| e.into_inner());

@@ -557,3 +557,70 @@ fn every_plan_has_an_instance_no_other_plan_touched() {
         }
     }
 }
+
+/// The nice value of this process's thread named `name`, if one runs.
+fn nice_of_thread(name: &str) -> Option<i64> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|task| {
+        let task = task.ok()?.path();
+        let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+        if comm.trim() != name {
+            return None;
+        }
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        // After the command's closing parenthesis: state is field 3, nice 19.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        fields.get(16)?.parse().ok()
+    })
+}
+
+/// Plans back to back from four threads, with no time between them for
+/// the spares' thread (its queue fills, and plans then drop their spent
+/// stores themselves): every plan is answered by an instance of its own.
+/// The spares' thread runs below the calls, so waking it does not take
+/// their core.
+#[test]
+fn plans_faster_than_spares_are_made_are_all_answered() {
+    let host = std::sync::Arc::new(
+        ComponentHost::new(HostConfig {
+            spares: true,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let adapter = host
+        .load(
+            Path::new(artifacts::ADAPTER_REMEMBERS),
+            World::RuntimeAdapter,
+        )
+        .unwrap();
+    let views = tempfile::tempdir().unwrap();
+    let grants = [views.path().to_owned()];
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (host, adapter, grants) = (host.clone(), adapter.clone(), grants.clone());
+            std::thread::spawn(move || {
+                for round in 0..200 {
+                    let request = rye_components::PlanRequest {
+                        chain: Vec::new(),
+                        parameters: serde_json::json!({"secret": round}),
+                        project_path: PathBuf::from("/p"),
+                        user_space: PathBuf::from("/u"),
+                        system_space: PathBuf::from("/s"),
+                    };
+                    let planned = host
+                        .plan(&adapter, &request, &grants, Box::new(NoServices))
+                        .unwrap()
+                        .unwrap();
+                    let rye_components::PlannedAction::Process(process) = planned.action else {
+                        panic!("not a process plan");
+                    };
+                    assert_eq!(process.args, ["1", ""], "round {round}");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(nice_of_thread("rye-spares"), Some(10));
+}
