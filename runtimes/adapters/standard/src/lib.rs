@@ -374,6 +374,49 @@ Host: evil"}),
         assert_eq!(header(&plan, "x-api-key"), Some("k1"));
     }
 
+    /// An element's metadata is read member by member as asked for: one
+    /// that is no object is refused naming its item, a member given twice
+    /// counts as its last, a null one as absent, and members never asked
+    /// for (however large or odd) change nothing.
+    #[test]
+    fn metadata_is_read_as_json_member_by_member() {
+        let call = |tool: ChainElement| {
+            let chain = vec![
+                tool,
+                element(
+                    "rye/core/primitives/mcp_client",
+                    "/sys/.ai/tools/rye/core/primitives/mcp_client.yaml",
+                    json!({"executor_id": null}),
+                ),
+            ];
+            plan::plan(&input(chain, json!({})), &Fake::default())
+        };
+        let raw = |metadata: &str| ChainElement {
+            item_id: "mcp/notes/add".into(),
+            space: Space::Project,
+            path: "/proj/.ai/tools/mcp/notes/add.yaml".into(),
+            metadata: metadata.into(),
+        };
+        for bad in ["[1]", "\"text\"", "{\"config\": ", "null", ""] {
+            let Err(PlanError::Config(e)) = call(raw(bad)) else {
+                panic!("{bad:?} was planned")
+            };
+            assert_eq!(e.item_id, "mcp/notes/add");
+            assert!(e.message.contains("not a JSON object"), "{}", e.message);
+        }
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        let twice = format!(
+            r#"{{"config": {{"server": "old"}}, "description": {deep}, "input_schema": {{"x": "\u00e9"}}, "config": {{"server": "mcp/servers/notes", "tool_name": "add"}}, "anchor": null}}"#
+        );
+        let Ok(Planned::Mcp(planned)) = call(raw(&twice)) else {
+            panic!("not planned")
+        };
+        assert_eq!(
+            (planned.server.as_str(), planned.tool_name.as_str()),
+            ("mcp/servers/notes", "add")
+        );
+    }
+
     #[test]
     fn an_mcp_call_takes_the_parameters_as_its_arguments() {
         let chain = vec![

@@ -26,10 +26,12 @@
 //!    planned from the same configuration (see [`crate::http`]); one that
 //!    ends in the MCP primitive a tool call (see [`crate::mcp`]).
 
-use std::collections::BTreeMap;
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rye_guest::adapter::{ChainElement, PlanError, PlanInput, Planned, ProcessPlan, Space};
+use rye_guest::serde_json::value::RawValue;
 use rye_guest::serde_json::{self, Map, Value, json};
 
 use crate::template::{self, Vars, fill_context};
@@ -67,12 +69,29 @@ pub trait Host {
 pub(crate) struct Element<'a> {
     pub id: &'a str,
     path: &'a str,
-    meta: Map<String, Value>,
+    /// Each member of the metadata as its JSON text, read into a value
+    /// the first time it is asked for: most of an item's metadata (its
+    /// description, its schemas) is never needed to plan.
+    meta: HashMap<String, (&'a RawValue, OnceCell<Value>)>,
 }
 
-impl Element<'_> {
+impl<'a> Element<'a> {
+    /// Reads the members of `metadata`, a JSON object; `None` if it is not.
+    fn members(metadata: &'a str) -> Option<HashMap<String, (&'a RawValue, OnceCell<Value>)>> {
+        let members: HashMap<String, &RawValue> = serde_json::from_str(metadata).ok()?;
+        Some(
+            members
+                .into_iter()
+                .map(|(key, raw)| (key, (raw, OnceCell::new())))
+                .collect(),
+        )
+    }
+
     fn get(&self, key: &str) -> Option<&Value> {
-        self.meta.get(key).filter(|v| !v.is_null())
+        let (raw, value) = self.meta.get(key)?;
+        // The text was read whole as JSON already, so it reads again.
+        let value = value.get_or_init(|| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+        Some(value).filter(|v| !v.is_null())
     }
 
     pub fn config_error(&self, message: impl Into<String>) -> PlanError {
@@ -86,13 +105,13 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
     let elements = input
         .chain
         .iter()
-        .map(|e: &ChainElement| match serde_json::from_str(&e.metadata) {
-            Ok(Value::Object(meta)) => Ok(Element {
+        .map(|e: &ChainElement| match Element::members(&e.metadata) {
+            Some(meta) => Ok(Element {
                 id: &e.item_id,
                 path: &e.path,
                 meta,
             }),
-            _ => Err(PlanError::config(
+            None => Err(PlanError::config(
                 &e.item_id,
                 "its metadata is not a JSON object",
             )),
