@@ -516,11 +516,11 @@ impl rye_components::AdapterServices for NoServices {
     }
 }
 
-/// Plans are served by instances made ahead of them, yet each instance
-/// serves one plan: an adapter that counts its calls and keeps the last
-/// parameters it saw always finds itself new.
-#[test]
-fn every_plan_has_an_instance_no_other_plan_touched() {
+/// A host that makes spares, and the adapter that remembers its calls.
+fn remembering_host() -> (
+    ComponentHost,
+    std::sync::Arc<rye_components::LoadedComponent>,
+) {
     let host = ComponentHost::new(HostConfig {
         spares: true,
         ..HostConfig::default()
@@ -532,24 +532,44 @@ fn every_plan_has_an_instance_no_other_plan_touched() {
             World::RuntimeAdapter,
         )
         .unwrap();
+    (host, adapter)
+}
+
+/// One plan of the remembering adapter, asserting its instance is new:
+/// it counts one call and saw no parameters before this plan's.
+fn plan_on_a_new_instance(
+    host: &ComponentHost,
+    adapter: &rye_components::LoadedComponent,
+    grants: &[PathBuf],
+    round: usize,
+) {
+    let request = rye_components::PlanRequest {
+        chain: Vec::new(),
+        parameters: serde_json::json!({"secret": round}),
+        project_path: PathBuf::from("/p"),
+        user_space: PathBuf::from("/u"),
+        system_space: PathBuf::from("/s"),
+    };
+    let planned = host
+        .plan(adapter, &request, grants, Box::new(NoServices))
+        .unwrap()
+        .unwrap();
+    let rye_components::PlannedAction::Process(process) = planned.action else {
+        panic!("not a process plan");
+    };
+    assert_eq!(process.args, ["1", ""], "round {round}");
+}
+
+/// Plans are served by instances made ahead of them, yet each instance
+/// serves one plan: an adapter that counts its calls and keeps the last
+/// parameters it saw always finds itself new.
+#[test]
+fn every_plan_has_an_instance_no_other_plan_touched() {
+    let (host, adapter) = remembering_host();
     let views = tempfile::tempdir().unwrap();
+    let grants = [views.path().to_owned()];
     for round in 0..20 {
-        let request = rye_components::PlanRequest {
-            chain: Vec::new(),
-            parameters: serde_json::json!({"secret": round}),
-            project_path: PathBuf::from("/p"),
-            user_space: PathBuf::from("/u"),
-            system_space: PathBuf::from("/s"),
-        };
-        let grants = [views.path().to_owned()];
-        let planned = host
-            .plan(&adapter, &request, &grants, Box::new(NoServices))
-            .unwrap()
-            .unwrap();
-        let rye_components::PlannedAction::Process(process) = planned.action else {
-            panic!("not a process plan");
-        };
-        assert_eq!(process.args, ["1", ""], "round {round}");
+        plan_on_a_new_instance(&host, &adapter, &grants, round);
         // Spares are made on a thread of the host's: give it the time a
         // client's next request would, or none at all.
         if round % 2 == 0 {
@@ -580,19 +600,8 @@ fn nice_of_thread(name: &str) -> Option<i64> {
 /// their core.
 #[test]
 fn plans_faster_than_spares_are_made_are_all_answered() {
-    let host = std::sync::Arc::new(
-        ComponentHost::new(HostConfig {
-            spares: true,
-            ..HostConfig::default()
-        })
-        .unwrap(),
-    );
-    let adapter = host
-        .load(
-            Path::new(artifacts::ADAPTER_REMEMBERS),
-            World::RuntimeAdapter,
-        )
-        .unwrap();
+    let (host, adapter) = remembering_host();
+    let host = std::sync::Arc::new(host);
     let views = tempfile::tempdir().unwrap();
     let grants = [views.path().to_owned()];
     let workers: Vec<_> = (0..4)
@@ -600,21 +609,7 @@ fn plans_faster_than_spares_are_made_are_all_answered() {
             let (host, adapter, grants) = (host.clone(), adapter.clone(), grants.clone());
             std::thread::spawn(move || {
                 for round in 0..200 {
-                    let request = rye_components::PlanRequest {
-                        chain: Vec::new(),
-                        parameters: serde_json::json!({"secret": round}),
-                        project_path: PathBuf::from("/p"),
-                        user_space: PathBuf::from("/u"),
-                        system_space: PathBuf::from("/s"),
-                    };
-                    let planned = host
-                        .plan(&adapter, &request, &grants, Box::new(NoServices))
-                        .unwrap()
-                        .unwrap();
-                    let rye_components::PlannedAction::Process(process) = planned.action else {
-                        panic!("not a process plan");
-                    };
-                    assert_eq!(process.args, ["1", ""], "round {round}");
+                    plan_on_a_new_instance(&host, &adapter, &grants, round);
                 }
             })
         })
