@@ -90,18 +90,17 @@ impl Spares {
             hash,
             make: Box::new(make),
         };
-        match chores.as_ref().expect("started above").try_send(chore) {
-            Ok(()) => {}
-            Err(TrySendError::Full(chore)) => {
-                drop(chores);
-                drop(chore);
-            }
+        let refused = match chores.as_ref().expect("started above").try_send(chore) {
+            Ok(()) => None,
+            Err(TrySendError::Full(chore)) => Some(chore),
             Err(TrySendError::Disconnected(chore)) => {
                 *chores = None;
-                drop(chores);
-                drop(chore);
+                Some(chore)
             }
-        }
+        };
+        // A refused chore's store is dropped here, outside the lock.
+        drop(chores);
+        drop(refused);
     }
 }
 
