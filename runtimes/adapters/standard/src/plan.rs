@@ -69,28 +69,35 @@ pub trait Host {
 pub(crate) struct Element<'a> {
     pub id: &'a str,
     path: &'a str,
-    /// Each member of the metadata as its JSON text, read into a value
-    /// the first time it is asked for: most of an item's metadata (its
-    /// description, its schemas) is never needed to plan.
-    meta: HashMap<String, (&'a RawValue, OnceCell<Value>)>,
+    /// The members of the metadata, each read into a value the first
+    /// time it is asked for: most of an item's metadata (its description,
+    /// its schemas) is never needed to plan.
+    meta: HashMap<String, Member<'a>>,
+}
+
+/// One member of an element's metadata: its JSON text, and its value
+/// once read.
+struct Member<'a> {
+    raw: &'a RawValue,
+    value: OnceCell<Value>,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Member<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self {
+            raw: serde::Deserialize::deserialize(deserializer)?,
+            value: OnceCell::new(),
+        })
+    }
 }
 
 impl<'a> Element<'a> {
-    /// Reads the members of `metadata`, a JSON object; `None` if it is not.
-    fn members(metadata: &'a str) -> Option<HashMap<String, (&'a RawValue, OnceCell<Value>)>> {
-        let members: HashMap<String, &RawValue> = serde_json::from_str(metadata).ok()?;
-        Some(
-            members
-                .into_iter()
-                .map(|(key, raw)| (key, (raw, OnceCell::new())))
-                .collect(),
-        )
-    }
-
     fn get(&self, key: &str) -> Option<&Value> {
-        let (raw, value) = self.meta.get(key)?;
+        let member = self.meta.get(key)?;
         // The text was read whole as JSON already, so it reads again.
-        let value = value.get_or_init(|| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+        let value = member
+            .value
+            .get_or_init(|| serde_json::from_str(member.raw.get()).unwrap_or(Value::Null));
         Some(value).filter(|v| !v.is_null())
     }
 
@@ -105,13 +112,13 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
     let elements = input
         .chain
         .iter()
-        .map(|e: &ChainElement| match Element::members(&e.metadata) {
-            Some(meta) => Ok(Element {
+        .map(|e: &ChainElement| match serde_json::from_str(&e.metadata) {
+            Ok(meta) => Ok(Element {
                 id: &e.item_id,
                 path: &e.path,
                 meta,
             }),
-            None => Err(PlanError::config(
+            Err(_) => Err(PlanError::config(
                 &e.item_id,
                 "its metadata is not a JSON object",
             )),
