@@ -40,6 +40,10 @@ pub const REMOTES_FILE: &str = "config/remotes/remotes.yaml";
 /// The pins of node keys, relative to the user space's `.ai/`.
 pub const KNOWN_NODES: &str = "state/remotes/known_nodes.json";
 
+/// A pull reads the head again this many times when it moved on, and
+/// its objects went, while they were fetched.
+const PULL_TRIES: usize = 5;
+
 /// Why a remote call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -1347,8 +1351,19 @@ impl Client {
     }
 
     /// Fetches from the node the objects of `hashes` the project's store
-    /// lacks.
+    /// lacks. Those the node did not send are left for the caller to
+    /// notice.
     async fn fetch(&self, cas: &Cas<LocalStorage>, hashes: &[String]) -> Result<(), ClientError> {
+        self.fetched(cas, hashes).await.map(drop)
+    }
+
+    /// Fetches as `fetch` does; the hashes the node did not send (it no
+    /// longer holds them, or never did).
+    async fn fetched(
+        &self,
+        cas: &Cas<LocalStorage>,
+        hashes: &[String],
+    ) -> Result<Vec<String>, ClientError> {
         let mut lacking = Vec::new();
         for hash in hashes {
             let parsed: ContentHash = hash.parse().map_err(local)?;
@@ -1357,9 +1372,10 @@ impl Client {
             }
         }
         if lacking.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let per_request = self.limits().await?.hashes_per_request();
+        let mut missing: BTreeSet<&str> = lacking.iter().map(String::as_str).collect();
         for batch in lacking.chunks(per_request) {
             let answer = self
                 .call(
@@ -1388,9 +1404,10 @@ impl Client {
                         entry["hash"]
                     )));
                 }
+                missing.remove(stored.hex().as_str());
             }
         }
-        Ok(())
+        Ok(missing.into_iter().map(str::to_owned).collect())
     }
 
     /// Brings the node's head of `project_path` into the project at
@@ -1403,22 +1420,6 @@ impl Client {
         policy_spaces: &[&Path],
         project_path: &str,
     ) -> Result<Value, ClientError> {
-        let history = self
-            .call(
-                "GET",
-                "/history",
-                Some(&format!("limit=1&project_path={}", encode(project_path))),
-                None,
-            )
-            .await?;
-        let head = history["head"]
-            .as_str()
-            .ok_or_else(|| ClientError::Local("the node names no head".into()))?
-            .to_owned();
-        let theirs_hash = history["snapshots"][0]["project_manifest_hash"]
-            .as_str()
-            .ok_or_else(|| ClientError::Local("the head names no project manifest".into()))?
-            .to_owned();
         let cas = local_cas(project);
         let mut last = Ref::read(project, &self.remote.name)?;
         if let Some(limits) = last.limits
@@ -1426,16 +1427,6 @@ impl Client {
         {
             self.assume_limits(limits);
         }
-        if last.snapshot.as_deref() == Some(head.as_str()) {
-            return Ok(json!({"status": "up-to-date", "head": head}));
-        }
-        self.fetch(&cas, std::slice::from_ref(&theirs_hash)).await?;
-        let theirs_value = cas
-            .get_object(&theirs_hash.parse().map_err(local)?)
-            .await
-            .map_err(local)?
-            .ok_or_else(|| ClientError::Local("the head's manifest did not arrive".into()))?;
-        let theirs = Tree::of_manifest(&theirs_value);
         let base = match last
             .project_manifest
             .as_deref()
@@ -1449,36 +1440,52 @@ impl Client {
                 .unwrap_or_default(),
             None => Tree::default(),
         };
-        // Only what the head changed since the base can change here; the
-        // base's own objects are in the project's store (it was pushed
-        // from here or pulled into it).
-        let changed = |mine: &BTreeMap<String, String>, base: &BTreeMap<String, String>| {
-            mine.iter()
-                .filter(|(path, hash)| base.get(*path) != Some(*hash))
-                .map(|(_, hash)| hash.clone())
-                .collect::<Vec<_>>()
-        };
-        let changed_items = changed(&theirs.items, &base.items);
-        let mut needed = changed_items.clone();
-        needed.extend(changed(&theirs.files, &base.files));
-        self.fetch(&cas, &needed).await?;
-        let blobs: Vec<String> = {
-            let mut blobs = Vec::new();
-            for hash in &changed_items {
-                let source = cas
-                    .get_object(&hash.parse().map_err(local)?)
-                    .await
-                    .map_err(local)?;
-                if let Some(blob) = source
-                    .as_ref()
-                    .and_then(|s| s["content_blob_hash"].as_str())
-                {
-                    blobs.push(blob.to_owned());
+        // The head and what it changed since the base, all fetched before
+        // the project is touched. A head that moves on meanwhile may have
+        // had its objects collected; it is read again, and what the node
+        // names as its head it holds whole.
+        let mut gone: Option<(String, String)> = None;
+        let mut tries = 0;
+        let (head, theirs_hash, theirs) = loop {
+            tries += 1;
+            let history = self
+                .call(
+                    "GET",
+                    "/history",
+                    Some(&format!("limit=1&project_path={}", encode(project_path))),
+                    None,
+                )
+                .await?;
+            let head = history["head"]
+                .as_str()
+                .ok_or_else(|| ClientError::Local("the node names no head".into()))?
+                .to_owned();
+            let theirs_hash = history["snapshots"][0]["project_manifest_hash"]
+                .as_str()
+                .ok_or_else(|| ClientError::Local("the head names no project manifest".into()))?
+                .to_owned();
+            if last.snapshot.as_deref() == Some(head.as_str()) {
+                return Ok(json!({"status": "up-to-date", "head": head}));
+            }
+            if let Some((before, hash)) = gone.take() {
+                if before == head {
+                    return Err(ClientError::Local(format!(
+                        "the node's head {head} of {project_path} names object {hash}, \
+                         which the node does not hold"
+                    )));
+                }
+                if tries > PULL_TRIES {
+                    return Err(ClientError::Local(format!(
+                        "the head of {project_path} moved on {PULL_TRIES} times while it \
+                         was fetched; pull again"
+                    )));
                 }
             }
-            blobs
+            match self.head_closure(&cas, &theirs_hash, &base).await? {
+                Ok(theirs) => break (head, theirs_hash, theirs),
+                Err(hash) => gone = Some((head, hash)),
+            }
         };
-        self.fetch(&cas, &blobs).await?;
         let policy = Policy::load(policy_spaces).map_err(local)?;
         let ours_space = build_space(&cas, project, SpaceKind::Project, &policy, true).await?;
         let ours = Tree::of_manifest(&ours_space.built.manifest);
@@ -1649,6 +1656,58 @@ impl Client {
             "kept": kept,
             "unchanged": unchanged,
         }))
+    }
+
+    /// Fetches the project manifest `manifest` and, of what it names,
+    /// what differs from `base` (items with their blobs): its tree, or
+    /// the first hash the node did not send.
+    async fn head_closure(
+        &self,
+        cas: &Cas<LocalStorage>,
+        manifest: &str,
+        base: &Tree,
+    ) -> Result<Result<Tree, String>, ClientError> {
+        if let Some(hash) = self.fetched(cas, &[manifest.to_owned()]).await?.pop() {
+            return Ok(Err(hash));
+        }
+        let value = cas
+            .get_object(&manifest.parse().map_err(local)?)
+            .await
+            .map_err(local)?
+            .ok_or_else(|| ClientError::Local(format!("manifest {manifest} was not kept")))?;
+        let theirs = Tree::of_manifest(&value);
+        // Only what the head changed since the base is needed here; the
+        // base's own objects are in the project's store (it was pushed
+        // from here or pulled into it).
+        let changed = |mine: &BTreeMap<String, String>, base: &BTreeMap<String, String>| {
+            mine.iter()
+                .filter(|(path, hash)| base.get(*path) != Some(*hash))
+                .map(|(_, hash)| hash.clone())
+                .collect::<Vec<_>>()
+        };
+        let changed_items = changed(&theirs.items, &base.items);
+        let mut needed = changed_items.clone();
+        needed.extend(changed(&theirs.files, &base.files));
+        if let Some(hash) = self.fetched(cas, &needed).await?.pop() {
+            return Ok(Err(hash));
+        }
+        let mut blobs = Vec::new();
+        for hash in &changed_items {
+            let source = cas
+                .get_object(&hash.parse().map_err(local)?)
+                .await
+                .map_err(local)?;
+            if let Some(blob) = source
+                .as_ref()
+                .and_then(|s| s["content_blob_hash"].as_str())
+            {
+                blobs.push(blob.to_owned());
+            }
+        }
+        if let Some(hash) = self.fetched(cas, &blobs).await?.pop() {
+            return Ok(Err(hash));
+        }
+        Ok(Ok(theirs))
     }
 
     /// The paths of the project manifest of `snapshot`, fetched as needed.

@@ -1591,6 +1591,147 @@ async fn racing_collections_on(stores: Stores) {
     served.task.abort();
 }
 
+/// A TCP relay in front of the node at `url`; the first time a request
+/// starting with `trigger` passes it, `before` is awaited and only then is
+/// the request let on. Its own URL.
+async fn relay_pausing_at(
+    url: &str,
+    trigger: &'static [u8],
+    before: impl std::future::Future<Output = ()> + Send + 'static,
+) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let upstream = url.trim_start_matches("http://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let here = format!("http://{}", listener.local_addr().unwrap());
+    let before = Arc::new(tokio::sync::Mutex::new(Some(Box::pin(before))));
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let outbound = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut in_read, mut in_write) = inbound.into_split();
+            let (mut out_read, mut out_write) = outbound.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut out_read, &mut in_write).await });
+            let before = Arc::clone(&before);
+            tokio::spawn(async move {
+                let mut chunk = vec![0u8; 64 << 10];
+                loop {
+                    let n = match in_read.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if chunk[..n].starts_with(trigger) {
+                        let pending = before.lock().await.take();
+                        if let Some(pending) = pending {
+                            pending.await;
+                        }
+                    }
+                    if out_write.write_all(&chunk[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    here
+}
+
+/// A pull whose head moves on, and is collected, between its reading of
+/// the head and its fetching of the head's objects reads the head again
+/// and brings in the new one. A head naming an object the node has lost
+/// is an error naming the object, and the project is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_whose_head_is_collected_under_it_reads_the_head_again() {
+    for stores in all_stores("a pull whose head is collected under it") {
+        pull_under_collection_on(stores).await;
+    }
+}
+
+async fn pull_under_collection_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("node");
+    let served = serve_collecting(&base, &stores).await;
+    let alice = served.key("alice", &["*"]).await;
+    let fp = served.node.fingerprint().to_owned();
+    let pins = dir.path().join("known_nodes.json");
+    let writer = dir.path().join("writer");
+    project(&writer, 3, "one");
+    let pusher = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    pusher.push(&writer, None, &[], "p").await.unwrap();
+    let first = served
+        .node
+        .db()
+        .head(alice.fingerprint(), "p")
+        .await
+        .unwrap()
+        .unwrap();
+    // Once the reader has read the head, the writer pushes anew and a
+    // collection keeps only the new head.
+    let moved = {
+        let (url, fp, key, writer) = (
+            served.url.clone(),
+            fp.clone(),
+            keypair_copy(&alice),
+            writer.clone(),
+        );
+        async move {
+            project(&writer, 3, "two");
+            pusher.push(&writer, None, &[], "p").await.unwrap();
+            let ask = json!({"retention_days": 0, "max_manual_pushes": 1});
+            let (status, report) = fresh((&url, &fp), &key, "POST", "/gc", &ask).await;
+            assert_eq!(status, 200, "{report}");
+            assert!(report["swept_objects"].as_u64() > Some(0), "{report}");
+        }
+    };
+    let relay = relay_pausing_at(&served.url, b"POST /objects/get ", moved).await;
+    let reader = dir.path().join("reader");
+    std::fs::create_dir_all(&reader).unwrap();
+    let client = Client::connect(&remote(&relay), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let pulled = client.pull(&reader, &[], "p").await.unwrap();
+    let head = served
+        .node
+        .db()
+        .head(alice.fingerprint(), "p")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(head, first, "the head moved under the pull");
+    assert_eq!(pulled["head"], head, "{pulled:#}");
+    assert_eq!(pulled["status"], "merged", "{pulled:#}");
+    for i in 0..3 {
+        let note = reader.join(format!(".ai/knowledge/notes/n{i}.md"));
+        assert_eq!(
+            std::fs::read_to_string(&note).unwrap(),
+            format!("# note {i} two\n")
+        );
+    }
+
+    // The head's manifest lost from the store: the head does not move, so
+    // the pull ends naming what is gone, and writes nothing.
+    let store = store_of(&base, &stores);
+    let closure = closure_of(&store, &head).await;
+    let manifest: rye_cas::ContentHash = closure[1].parse().unwrap();
+    store
+        .delete(rye_cas::Class::Object, &manifest)
+        .await
+        .unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let direct = Client::connect(&remote(&served.url), keypair_copy(&alice), &pins)
+        .await
+        .unwrap();
+    let err = direct.pull(&empty, &[], "p").await.unwrap_err().to_string();
+    assert!(
+        err.contains(&head) && err.contains(&manifest.hex()) && err.contains("does not hold"),
+        "{err}"
+    );
+    let written = walk(&empty.join(".ai/knowledge"));
+    assert!(written.is_empty(), "{written:?}");
+    served.task.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_past_the_quota_collects_first_and_is_refused_only_if_still_past_it() {
     for stores in all_stores("a put past the quota collects first") {
