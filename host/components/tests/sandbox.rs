@@ -536,7 +536,8 @@ fn remembering_host() -> (
 }
 
 /// One plan of the remembering adapter, asserting its instance is new:
-/// it counts one call and saw no parameters before this plan's.
+/// it counts one call, saw no parameters before this plan's, and found
+/// the memory it grew zeroed although every plan before marked its own.
 fn plan_on_a_new_instance(
     host: &ComponentHost,
     adapter: &rye_components::LoadedComponent,
@@ -557,7 +558,7 @@ fn plan_on_a_new_instance(
     let rye_components::PlannedAction::Process(process) = planned.action else {
         panic!("not a process plan");
     };
-    assert_eq!(process.args, ["1", ""], "round {round}");
+    assert_eq!(process.args, ["1", "", "0"], "round {round}");
 }
 
 /// Plans are served by instances made ahead of them, yet each instance
