@@ -1082,7 +1082,9 @@ impl<'a> ToolRun<'a> {
                 return Err(self.fail(ErrorReply::new(e)));
             }
         };
-        let current = definitions.iter().find(|d| d.name == call.tool_name);
+        let current = definitions
+            .iter()
+            .find(|d| d.definition.name == call.tool_name);
         if crate::mcp::pin_mismatch(&tool.metadata, current, &call.tool_name, &server.id).is_some()
         {
             // Said against the item's whole document, not its summary.
@@ -1114,7 +1116,7 @@ impl<'a> ToolRun<'a> {
             },
             session: if fresh { "started" } else { "reused" },
             pid: session.pid(),
-            definition_hash: current.map(rye_mcp_client::ToolDefinition::hash),
+            definition_hash: current.map(|d| d.hash.clone()),
             duration_ms: duration.as_millis() as u64,
             is_error: called.as_ref().is_ok_and(|c| c.is_error),
             error: called.as_ref().err().map(ToString::to_string),

@@ -134,6 +134,22 @@ impl ToolDefinition {
     }
 }
 
+/// A tool as a session last listed it, with the hash an approval pins,
+/// worked out once per listing rather than on every call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub definition: ToolDefinition,
+    /// [`ToolDefinition::hash`] of `definition`.
+    pub hash: String,
+}
+
+impl From<ToolDefinition> for Listed {
+    fn from(definition: ToolDefinition) -> Self {
+        let hash = definition.hash();
+        Self { definition, hash }
+    }
+}
+
 /// SHA-256 in hex of `value` as canonical JSON (the store's: keys sorted,
 /// no spaces, ASCII only; see [`rye_cas::canonical`]).
 pub fn definition_hash(value: &Value) -> String {
@@ -175,7 +191,7 @@ pub struct Connection {
     service: RunningService<RoleClient, Watcher>,
     child: Option<rye_process::Attached>,
     /// The server's tools as last listed, until it says they changed.
-    definitions: Mutex<Option<Arc<Vec<ToolDefinition>>>>,
+    definitions: Mutex<Option<Arc<Vec<Listed>>>>,
     changed: Arc<AtomicBool>,
 }
 
@@ -361,10 +377,7 @@ impl Connection {
 
     /// The server's tools, listed once per session and again only after
     /// the server says they changed.
-    pub async fn definitions(
-        &self,
-        timeout: Duration,
-    ) -> Result<Arc<Vec<ToolDefinition>>, McpError> {
+    pub async fn definitions(&self, timeout: Duration) -> Result<Arc<Vec<Listed>>, McpError> {
         let cached = self
             .definitions
             .lock()
@@ -376,7 +389,8 @@ impl Connection {
             return Ok(cached);
         }
         self.changed.store(false, Ordering::SeqCst);
-        let listed = Arc::new(self.tools(timeout).await?);
+        let tools = self.tools(timeout).await?;
+        let listed: Arc<Vec<Listed>> = Arc::new(tools.into_iter().map(Listed::from).collect());
         *self.definitions.lock().unwrap_or_else(|e| e.into_inner()) = Some(listed.clone());
         Ok(listed)
     }
