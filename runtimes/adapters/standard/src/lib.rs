@@ -83,10 +83,13 @@ mod tests {
         on_path: HashSet<String>,
         configs: HashMap<(String, String), String>,
         command_output: Option<Result<String, String>>,
+        /// The environment and the files asked for, in order.
+        asked: std::cell::RefCell<Vec<String>>,
     }
 
     impl Host for Fake {
         fn environment(&self) -> Vec<(String, String)> {
+            self.asked.borrow_mut().push("environment".into());
             self.env.clone()
         }
         fn which(&self, binary: &str) -> Option<String> {
@@ -112,6 +115,7 @@ mod tests {
             self.is_file(path)
         }
         fn read_file(&self, path: &str) -> Option<String> {
+            self.asked.borrow_mut().push(path.into());
             self.files.get(path).cloned()
         }
     }
@@ -415,6 +419,13 @@ Host: evil"}),
             (planned.server.as_str(), planned.tool_name.as_str()),
             ("mcp/servers/notes", "add")
         );
+        // A name spelled with escapes is the name they spell.
+        let escaped =
+            r#"{"con\u0066ig": {"server": "mcp/servers/notes", "tool_\u006eame": "add"}}"#;
+        let Ok(Planned::Mcp(planned)) = call(raw(escaped)) else {
+            panic!("not planned")
+        };
+        assert_eq!(planned.server, "mcp/servers/notes");
     }
 
     #[test]
@@ -473,6 +484,63 @@ Host: evil"}),
         let error = plan::plan(&input(nameless, json!({})), &Fake::default()).unwrap_err();
         assert!(
             matches!(&error, PlanError::Config(e) if e.message.contains("tool_name")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_reads_the_environment_only_when_its_configuration_names_a_variable() {
+        let chain = |tool_config: Value| {
+            vec![
+                element(
+                    "mcp/notes/add",
+                    "/proj/.ai/tools/mcp/notes/add.yaml",
+                    json!({"config": tool_config, "description": "Uses ${NOT_READ}."}),
+                ),
+                element(
+                    "rye/core/primitives/mcp_client",
+                    "/sys/.ai/tools/rye/core/primitives/mcp_client.yaml",
+                    json!({"executor_id": null}),
+                ),
+            ]
+        };
+        let fake = || Fake {
+            env: vec![("NOTES".into(), "from-host".into())],
+            files: HashMap::from([("/proj/.env".into(), "SERVER=from-dotenv\n".into())]),
+            ..Fake::default()
+        };
+        let plain = fake();
+        let params = json!({"text": "${NOTES}"});
+        let config = json!({"server": "mcp/servers/notes", "tool_name": "add"});
+        let Planned::Mcp(call) = plan::plan(&input(chain(config), params.clone()), &plain).unwrap()
+        else {
+            panic!("not a call")
+        };
+        assert_eq!(call.server, "mcp/servers/notes");
+        assert_eq!(call.arguments, params.to_string(), "parameters are data");
+        assert!(plain.asked.borrow().is_empty(), "{:?}", plain.asked);
+
+        // Named anywhere in the configuration, however deep, it is read,
+        // with the project's `.env` over the host's.
+        let named = fake();
+        let config = json!({"server": "mcp/servers/${SERVER}", "tool_name": "add", "extra": [{"x": "${NOTES}"}]});
+        let Planned::Mcp(call) = plan::plan(&input(chain(config), json!({})), &named).unwrap()
+        else {
+            panic!("not a call")
+        };
+        assert_eq!(call.server, "mcp/servers/from-dotenv");
+        assert_eq!(*named.asked.borrow(), ["environment", "/proj/.env"]);
+
+        // An element's own env_config is checked as before.
+        let mut declared = chain(json!({"server": "mcp/servers/notes", "tool_name": "add"}));
+        declared[0] = element(
+            "mcp/notes/add",
+            "/proj/.ai/tools/mcp/notes/add.yaml",
+            json!({"config": {"server": "mcp/servers/notes", "tool_name": "add"}, "env_config": ["A"]}),
+        );
+        let error = plan::plan(&input(declared, json!({})), &fake()).unwrap_err();
+        assert!(
+            matches!(&error, PlanError::Config(e) if e.message.contains("env_config must be a mapping")),
             "{error:?}"
         );
     }

@@ -13,7 +13,9 @@
 //!    a `system_binary` found on the host `PATH`, or the first line printed
 //!    by the element's own `resolve_cmd` (run by the host), else to its
 //!    `fallback`. `env` values expand `${VAR}` against the environment
-//!    built so far.
+//!    built so far. A request or an MCP call uses the environment only
+//!    through `${VAR}` in configuration, so for one it is built only when
+//!    some element declares `env_config` or configuration names a variable.
 //! 3. **Configuration**: each element's `config`, merged key by key from
 //!    the primitive up (the tool's wins); `timeout` defaults to 300 s.
 //! 4. **Resolved configuration**: the tool's `config_resolve` files from
@@ -26,8 +28,9 @@
 //!    planned from the same configuration (see [`crate::http`]); one that
 //!    ends in the MCP primitive a tool call (see [`crate::mcp`]).
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use rye_guest::adapter::{ChainElement, PlanError, PlanInput, Planned, ProcessPlan, Space};
@@ -72,8 +75,13 @@ pub(crate) struct Element<'a> {
     /// The members of the metadata, each read into a value the first
     /// time it is asked for: most of an item's metadata (its description,
     /// its schemas) is never needed to plan.
-    meta: HashMap<String, Member<'a>>,
+    meta: Members<'a>,
 }
+
+/// An element's metadata member by member, in document order: a handful
+/// of names, so a scan finds one sooner than a hash would. A name given
+/// twice means its last value, as for a JSON reader that builds a map.
+struct Members<'a>(Vec<(Cow<'a, str>, Member<'a>)>);
 
 /// One member of an element's metadata: its JSON text, and its value
 /// once read.
@@ -91,9 +99,55 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Member<'a> {
     }
 }
 
+/// A member's name: borrowed from the metadata's text unless it had
+/// escapes to undo.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Name<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, name: &'de str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Borrowed(name)))
+            }
+            fn visit_str<E>(self, name: &str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Owned(name.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((Name(name), member)) = map.next_entry::<Name, Member>()? {
+                    members.push((name, member));
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
 impl<'a> Element<'a> {
     fn get(&self, key: &str) -> Option<&Value> {
-        let member = self.meta.get(key)?;
+        let (_, member) = self.meta.0.iter().rev().find(|(name, _)| name == key)?;
         // The text was read whole as JSON already, so it reads again.
         let value = member
             .value
@@ -164,51 +218,27 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
         None => None,
     };
 
-    // 2. Environment, primitive first.
-    let mut env: BTreeMap<String, String> = host.environment().into_iter().collect();
-    load_dotenv(&input.project_path, host, &mut env, &mut notes);
-    for element in elements.iter().rev() {
-        let Some(env_config) = element.get("env_config") else {
-            continue;
-        };
-        let Value::Object(env_config) = env_config else {
-            return Err(element.config_error("env_config must be a mapping"));
-        };
-        let mut keys = Vec::new();
-        if let Some(interpreter) = env_config.get("interpreter") {
-            let var = resolve_interpreter(
-                element,
-                interpreter,
-                &context,
-                &input.project_path,
-                host,
-                &mut env,
-                &mut notes,
-            )?;
-            keys.push(var);
-        }
-        if let Some(vars) = env_config.get("env") {
-            let Value::Object(vars) = vars else {
-                return Err(element.config_error("env_config.env must be a mapping"));
-            };
-            for (name, value) in vars {
-                let value = match value {
-                    Value::String(text) => template::expand_env(text, &env),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                };
-                env.insert(name.clone(), value);
-                keys.push(name.clone());
-            }
-        }
-        notes.push((
-            "resolve_env".into(),
-            json!({"contributed_by": element.id, "keys": keys}),
-        ));
-    }
-    if let Some((ref config, _)) = anchored {
-        apply_env_paths(config, &context, &mut env, &mut notes);
-    }
+    // 2. Environment, primitive first. A request or a tool call reads
+    // it only through `${VAR}` in configuration, so for one it is built
+    // only when an element declares `env_config` or configuration names a
+    // variable: the host's environment and `.env` are otherwise not read.
+    let root = elements.last().unwrap_or(tool);
+    let needs_env = !matches!(root.id, HTTP_PRIMITIVE | MCP_PRIMITIVE)
+        || elements
+            .iter()
+            .any(|e| e.get("env_config").is_some() || e.get("config").is_some_and(names_env));
+    let env = if needs_env {
+        environment(
+            &elements,
+            &context,
+            anchored.as_ref(),
+            input,
+            host,
+            &mut notes,
+        )?
+    } else {
+        BTreeMap::new()
+    };
 
     // 3. Configuration, primitive first, the tool's winning.
     let mut config: Map<String, Value> = Map::new();
@@ -237,7 +267,6 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
         config: &config,
         env: &env,
     };
-    let root = elements.last().unwrap_or(tool);
     if root.id == HTTP_PRIMITIVE {
         let mut request = crate::http::plan(root, &config, &vars)?;
         for (step, detail) in notes {
@@ -309,6 +338,74 @@ pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
         plan = plan.note(step, detail);
     }
     Ok(plan.into())
+}
+
+/// The process environment: the host's, then the project's `.env`, then
+/// each element's `env_config` from the primitive up, then an active
+/// anchor's `env_paths`.
+fn environment(
+    elements: &[Element],
+    context: &BTreeMap<&'static str, String>,
+    anchored: Option<&(Value, Option<String>)>,
+    input: &PlanInput,
+    host: &dyn Host,
+    notes: &mut Vec<(String, Value)>,
+) -> Result<BTreeMap<String, String>, PlanError> {
+    let mut env: BTreeMap<String, String> = host.environment().into_iter().collect();
+    load_dotenv(&input.project_path, host, &mut env, notes);
+    for element in elements.iter().rev() {
+        let Some(env_config) = element.get("env_config") else {
+            continue;
+        };
+        let Value::Object(env_config) = env_config else {
+            return Err(element.config_error("env_config must be a mapping"));
+        };
+        let mut keys = Vec::new();
+        if let Some(interpreter) = env_config.get("interpreter") {
+            let var = resolve_interpreter(
+                element,
+                interpreter,
+                context,
+                &input.project_path,
+                host,
+                &mut env,
+                notes,
+            )?;
+            keys.push(var);
+        }
+        if let Some(vars) = env_config.get("env") {
+            let Value::Object(vars) = vars else {
+                return Err(element.config_error("env_config.env must be a mapping"));
+            };
+            for (name, value) in vars {
+                let value = match value {
+                    Value::String(text) => template::expand_env(text, &env),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                env.insert(name.clone(), value);
+                keys.push(name.clone());
+            }
+        }
+        notes.push((
+            "resolve_env".into(),
+            json!({"contributed_by": element.id, "keys": keys}),
+        ));
+    }
+    if let Some((config, _)) = anchored {
+        apply_env_paths(config, context, &mut env, notes);
+    }
+    Ok(env)
+}
+
+/// Whether a configuration value names an environment variable anywhere.
+fn names_env(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains("${"),
+        Value::Array(items) => items.iter().any(names_env),
+        Value::Object(map) => map.values().any(names_env),
+        _ => false,
+    }
 }
 
 /// The configuration's `timeout`, in seconds: a positive number, or text
