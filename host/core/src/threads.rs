@@ -379,7 +379,13 @@ impl Recording {
         let Some(started) = self.started.take() else {
             return Ok(());
         };
-        let recorder = joined(started).await?;
+        let recorder = match (&whole, &self.note) {
+            // This end writes the whole record, so the start's writer,
+            // told to stand down, is not waited for: it would only hand
+            // over the same recorder, a task switch later.
+            (Some(_), Some(note)) => note.threads.recorder(&note.project).await?,
+            _ => joined(started).await?,
+        };
         let status = match result.get("status").and_then(Value::as_str) {
             Some("success") => Status::Completed,
             _ if timed_out => Status::TimedOut,
