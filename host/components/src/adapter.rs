@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::bindings::adapter::exports::rye::plugin::planning as wit;
 use crate::bindings::adapter::rye::plugin::{host as wit_host, types as wit_types};
 use crate::error::{ComponentError, ComponentErrorKind};
-use crate::host::{ComponentHost, LoadedComponent, Pre, arm_deadline, deadline_store};
+use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
 use crate::spare::Spare;
@@ -102,11 +102,64 @@ pub enum PlanFailure {
 }
 
 impl ComponentHost {
+    /// Asks a runtime adapter for the plan of one execution, blocking the
+    /// calling thread until it is made: for a caller outside any async
+    /// runtime, or on a thread a multi-threaded runtime let block (see
+    /// [`tokio::task::block_in_place`]). See [`ComponentHost::plan_async`].
+    pub fn plan(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+    ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services))
+    }
+
+    /// Asks a runtime adapter for the plan of one execution from an async
+    /// task whose `services` answer at once (see
+    /// [`ComponentHost::plan_async`]). On a worker of a multi-threaded
+    /// runtime the plan is made on the task itself, while fewer plans are
+    /// made that way than the runtime has workers less one: a plan that
+    /// spins to its deadline then holds one worker, never all. Otherwise
+    /// it is made as [`ComponentHost::plan`] makes it, the worker's other
+    /// tasks handed to another thread meanwhile (on a current-thread
+    /// runtime, on a thread of its own).
+    pub async fn plan_on_task(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+    ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        if let Some(_inline) = self.inline_permit() {
+            return self.plan_async(component, request, grants, services).await;
+        }
+        let plan = || self.plan(component, request, grants, services);
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(plan),
+            _ => std::thread::scope(|scope| {
+                scope
+                    .spawn(plan)
+                    .join()
+                    .expect("the plan's thread panicked")
+            }),
+        }
+    }
+
     /// Asks a runtime adapter for the plan of one execution. It sees
     /// read-only views of `grants` (and nothing else of the filesystem) and
     /// asks `services` for anything more. The outer error is a failure of
     /// the component; the inner one its verdict on the chain.
-    pub fn plan(
+    ///
+    /// The call runs on the awaiting task itself, on a fiber, and waits on
+    /// nothing but the guest: its views are read in place and `services`
+    /// answer at once. It yields at every epoch tick until its deadline,
+    /// then stops. So an async caller may await it where it is, as long as
+    /// `services` run no command (a chain element's declared resolve
+    /// command blocks until it exits); [`ComponentHost::plan_on_task`]
+    /// decides where.
+    pub async fn plan_async(
         &self,
         component: &LoadedComponent,
         request: &PlanRequest,
@@ -130,21 +183,35 @@ impl ComponentHost {
                 dir.display()
             )))
         };
+        // The slot first, so that waiting for one does not count against
+        // the deadline.
+        let slot = wait_for_slot(self.slots_of(World::RuntimeAdapter));
         let (mut store, made) = match self.spares.take(&component.hash) {
             Some(spare) => {
                 let mut store = spare.store;
                 store.data_mut().grant(grants).map_err(cannot_grant)?;
-                store.data_mut().services = Some(services);
-                store.data_mut().slot = Some(self.slots_of(World::RuntimeAdapter).take());
-                arm_deadline(&mut store, limits);
                 (store, Some(spare.adapter))
             }
             None => {
                 let mut state = CallState::granted(limits.memory, grants).map_err(cannot_grant)?;
-                state.services = Some(services);
-                (self.store_with(World::RuntimeAdapter, state), None)
+                state.world = Some(World::RuntimeAdapter);
+                (deadline_store(self.engine(), state, limits.deadline), None)
             }
         };
+        store.data_mut().services = Some(services);
+        store.data_mut().slot = Some(slot);
+        // At every tick until the deadline the call yields to the
+        // runtime, so that a long plan shares the thread that awaits it;
+        // past the deadline it is stopped.
+        let until = std::time::Instant::now() + limits.deadline;
+        store.epoch_deadline_callback(move |_| {
+            Ok(if std::time::Instant::now() >= until {
+                wasmtime::UpdateDeadline::Interrupt
+            } else {
+                wasmtime::UpdateDeadline::Yield(1)
+            })
+        });
+        store.set_epoch_deadline(1);
 
         let input = wit::PlanInput {
             chain: request
@@ -164,9 +231,17 @@ impl ComponentHost {
         };
         let result = match made {
             Some(adapter) => Ok(adapter),
-            None => pre.instantiate(&mut store),
-        }
-        .and_then(|adapter| adapter.rye_plugin_planning().call_plan(&mut store, &input));
+            None => pre.instantiate_async(&mut store).await,
+        };
+        let result = match result {
+            Ok(adapter) => {
+                adapter
+                    .rye_plugin_planning()
+                    .call_plan(&mut store, &input)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         let result = result.map_err(|e| fail(self.classify(&store, World::RuntimeAdapter, e)));
         if self.config().spares {
             // The spent instance is dropped, and the next made, off the
@@ -174,11 +249,11 @@ impl ComponentHost {
             store.data_mut().slot = None;
             store.data_mut().services = None;
             let (engine, pre, hash) = (self.engine().clone(), pre.clone(), component.hash);
-            self.spares.after(store, hash, move || {
+            self.spares.after(store, hash, move |runtime| {
                 let mut state = CallState::sandboxed(limits.memory);
                 state.world = Some(World::RuntimeAdapter);
                 let mut store = deadline_store(&engine, state, limits.deadline);
-                let adapter = pre.instantiate(&mut store).ok()?;
+                let adapter = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
                 Some(Spare {
                     hash,
                     store,
@@ -270,6 +345,21 @@ impl ComponentHost {
             }),
             Err(wit::PlanError::Unsupported(e)) => Err(PlanFailure::Unsupported(e)),
         })
+    }
+}
+
+/// A slot of `slots`: a free one at once, else one waited for where
+/// waiting does not hold up other tasks (on a multi-threaded runtime's
+/// worker, by handing its other tasks to another thread meanwhile).
+fn wait_for_slot(slots: &std::sync::Arc<crate::slots::Slots>) -> crate::slots::Slot {
+    if let Some(slot) = slots.try_take() {
+        return slot;
+    }
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            tokio::task::block_in_place(|| slots.take())
+        }
+        _ => slots.take(),
     }
 }
 

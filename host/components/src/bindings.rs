@@ -8,10 +8,13 @@ pub(crate) mod parser {
     });
 }
 
+/// A plan is called asynchronously, so that it may run on the task that
+/// awaits it; the host's services stay synchronous.
 pub(crate) mod adapter {
     wasmtime::component::bindgen!({
         world: "runtime-adapter",
         path: "../../wit/rye-plugin@0.1.0",
+        exports: { default: async },
     });
 }
 

@@ -231,6 +231,8 @@ pub struct ComponentHost {
     loaded_commands: Mutex<HashMap<[u8; 32], Arc<LoadedCommand>>>,
     /// Commands running on async tasks now.
     async_runs: Arc<AtomicUsize>,
+    /// Plans being made on the tasks that await them now.
+    inline_plans: Arc<AtomicUsize>,
     /// An instance of the last adapter planned with, made ahead.
     pub(crate) spares: crate::spare::Spares,
 }
@@ -247,10 +249,7 @@ impl ComponentHost {
             _ => None,
         };
         start_epoch_ticker(&engine);
-        let per_world = match config.instances_per_world {
-            0 => (std::thread::available_parallelism().map_or(2, |n| n.get()) * 2).max(4),
-            n => n,
-        };
+        let per_world = instances_per_world(&config);
         let slots = World::ALL
             .iter()
             .map(|world| match world {
@@ -265,6 +264,7 @@ impl ComponentHost {
             commands,
             commands_async,
             async_runs: Arc::default(),
+            inline_plans: Arc::default(),
             spares: crate::spare::Spares::default(),
             loaded_commands: Mutex::default(),
             engine,
@@ -387,6 +387,25 @@ impl ComponentHost {
             })
             .ok()
             .map(|_| AsyncPermit(Arc::clone(&self.async_runs)))
+    }
+
+    /// Leave to make a plan on the task that awaits it, on a worker of a
+    /// multi-threaded runtime: given while fewer plans are made that way
+    /// than the runtime has workers less one, so that plans spinning to
+    /// their deadlines never hold every worker.
+    pub(crate) fn inline_permit(&self) -> Option<AsyncPermit> {
+        use std::sync::atomic::Ordering;
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
+        let bound = handle.metrics().num_workers().saturating_sub(1);
+        self.inline_plans
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < bound).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| AsyncPermit(Arc::clone(&self.inline_plans)))
     }
 
     pub(crate) fn known_command(&self, hash: &[u8; 32]) -> Option<Arc<LoadedCommand>> {
@@ -649,7 +668,13 @@ pub(crate) fn classify(
 /// and `rye:plugin/host` only for a world the gate lets make host calls.
 fn world_linker(engine: &Engine, world: World) -> Result<Linker<CallState>, wasmtime::Error> {
     let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    // An adapter is called asynchronously (see `ComponentHost::plan_async`),
+    // and WASI's synchronous imports would block on the runtime it runs in.
+    if world == World::RuntimeAdapter {
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    } else {
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    }
     if world.links_host() {
         bindings::adapter::rye::plugin::host::add_to_linker::<
             CallState,
@@ -740,10 +765,14 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
             // given back and faulted in again.
             pool.pagemap_scan(wasmtime::Enabled::Auto);
             pool.decommit_batch_size(32);
-            // Async fiber stacks: only command tools run on async tasks
-            // (see `ASYNC_RUNS`), and preparing the default thousand (a
-            // guard page each) was most of engine start.
-            pool.total_stacks(ASYNC_RUNS as u32);
+            // Async fiber stacks, which a store keeps once it has made an
+            // async call: command tools on async tasks (see `ASYNC_RUNS`)
+            // and adapter instances, at most one per adapter slot, the
+            // spare and the spent ones queued for the spares' thread.
+            // Preparing the default thousand (a guard page each) was most
+            // of engine start.
+            let adapters = instances_per_world(host) + crate::spare::STORES_HELD;
+            pool.total_stacks((ASYNC_RUNS + adapters) as u32);
             let mut config = base_config();
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             match Engine::new(&config) {
@@ -755,6 +784,15 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
         }
     }
     Ok((Engine::new(&base_config())?, false))
+}
+
+/// Instances of each world that may exist at once (see
+/// [`HostConfig::instances_per_world`]).
+fn instances_per_world(config: &HostConfig) -> usize {
+    match config.instances_per_world {
+        0 => (std::thread::available_parallelism().map_or(2, |n| n.get()) * 2).max(4),
+        n => n,
+    }
 }
 
 /// Advances the engine's epoch every tick for as long as the engine lives.

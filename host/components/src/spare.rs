@@ -29,8 +29,11 @@ pub(crate) struct Spare {
 struct Chore {
     spent: Store<CallState>,
     hash: [u8; 32],
-    make: Box<dyn FnOnce() -> Option<Spare> + Send>,
+    make: Box<Make>,
 }
+
+/// Makes a spare, on the runtime given.
+type Make = dyn FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send;
 
 /// The spare, and the thread that makes it.
 #[derive(Default)]
@@ -43,6 +46,11 @@ pub(crate) struct Spares {
 /// on every core), a plan drops its spent store itself and no spare is
 /// made, so spent stores, and the pool slots they hold, never pile up.
 const CHORES_QUEUED: usize = 4;
+
+/// Adapter stores the spares hold at most, besides those of plans under
+/// way: the spare, the chores queued, the one the thread is dropping, and
+/// the one a plan is handing over.
+pub(crate) const STORES_HELD: usize = CHORES_QUEUED + 3;
 
 /// How much lower than the calls the spares' thread runs (a nice value):
 /// woken by a plan, it does not take the core from the call that woke
@@ -65,13 +73,14 @@ impl Spares {
     }
 
     /// Hands `spent` to the thread to drop, then `make` to make the next
-    /// spare of adapter `hash` with. Both are dropped here if the thread
+    /// spare of adapter `hash` with (on the thread's own runtime, which
+    /// drives the instantiation). Both are dropped here if the thread
     /// cannot be started.
     pub(crate) fn after(
         &self,
         spent: Store<CallState>,
         hash: [u8; 32],
-        make: impl FnOnce() -> Option<Spare> + Send + 'static,
+        make: impl FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send + 'static,
     ) {
         let mut chores = self.chores.lock().unwrap_or_else(|e| e.into_inner());
         if chores.is_none() {
@@ -110,6 +119,11 @@ fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
     // On Linux a nice value set for a thread id is that thread's alone.
     // Failing to lower it leaves the thread as it was.
     let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), SPARES_NICE);
+    // Instances are made asynchronously (their imports are); nothing in
+    // making one waits on I/O or time, so a bare runtime drives it.
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
     while let Ok(Chore { spent, hash, make }) = chores.recv() {
         drop(spent);
         let kept = ready.lock().unwrap_or_else(|e| e.into_inner());
@@ -117,7 +131,9 @@ fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
             continue;
         }
         drop(kept);
-        let Some(spare) = make() else { continue };
+        let Some(spare) = make(&runtime) else {
+            continue;
+        };
         let old = ready
             .lock()
             .unwrap_or_else(|e| e.into_inner())

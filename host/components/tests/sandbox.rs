@@ -620,3 +620,137 @@ fn plans_faster_than_spares_are_made_are_all_answered() {
     }
     assert_eq!(nice_of_thread("rye-spares"), Some(10));
 }
+
+/// A request to the spinning adapter: to spin, or to plan at once.
+fn spin_request(spin: bool) -> rye_components::PlanRequest {
+    rye_components::PlanRequest {
+        chain: Vec::new(),
+        parameters: serde_json::json!({"spin": spin}),
+        project_path: PathBuf::from("/p"),
+        user_space: PathBuf::from("/u"),
+        system_space: PathBuf::from("/s"),
+    }
+}
+
+/// Plans that never return, awaited on a runtime's tasks, are stopped at
+/// their deadline, and meanwhile the runtime goes on serving: at most all
+/// its workers but one make plans on their own tasks, and the others hand
+/// their tasks to another thread while they plan. Then a plan of the same
+/// adapter is answered.
+#[test]
+fn spinning_plans_leave_the_runtime_serving() {
+    let deadline = Duration::from_millis(800);
+    let host = std::sync::Arc::new(
+        ComponentHost::new(HostConfig {
+            adapter_limits: Limits {
+                deadline,
+                ..Limits::default()
+            },
+            spares: true,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let adapter = host
+        .load(Path::new(artifacts::ADAPTER_SPIN), World::RuntimeAdapter)
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                let mut every = tokio::time::interval(Duration::from_millis(10));
+                loop {
+                    every.tick().await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let started = Instant::now();
+        let plans: Vec<_> = (0..3)
+            .map(|_| {
+                let (host, adapter) = (host.clone(), adapter.clone());
+                tokio::spawn(async move {
+                    host.plan_on_task(&adapter, &spin_request(true), &[], Box::new(NoServices))
+                        .await
+                })
+            })
+            .collect();
+        // Measured from the ticker's side: what it counted in the half of
+        // the deadline after the plans began, 40 ticks if nothing held it.
+        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(deadline / 2);
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        for plan in plans {
+            let error = plan.await.unwrap().unwrap_err();
+            assert_eq!(error.kind, ComponentErrorKind::Timeout(deadline));
+        }
+        let took = started.elapsed();
+        assert!(took >= deadline, "stopped after {took:?}");
+        assert!(took < deadline + Duration::from_secs(2), "took {took:?}");
+        assert!(
+            during >= 10,
+            "the runtime ticked {during} times in {:?}",
+            deadline / 2
+        );
+        ticker.abort();
+
+        let planned = host
+            .plan_on_task(&adapter, &spin_request(false), &[], Box::new(NoServices))
+            .await
+            .unwrap()
+            .unwrap();
+        let rye_components::PlannedAction::Process(process) = planned.action else {
+            panic!("not a process plan");
+        };
+        assert_eq!(process.args, ["planned"]);
+    });
+}
+
+/// Plans awaited on a runtime's tasks, many at once and back to back,
+/// are each answered by an instance no other plan touched.
+#[test]
+fn plans_on_async_tasks_each_have_an_instance_of_their_own() {
+    let (host, adapter) = remembering_host();
+    let host = std::sync::Arc::new(host);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..12)
+            .map(|task| {
+                let (host, adapter) = (host.clone(), adapter.clone());
+                tokio::spawn(async move {
+                    for round in 0..40 {
+                        let request = rye_components::PlanRequest {
+                            chain: Vec::new(),
+                            parameters: serde_json::json!({"task": task, "round": round}),
+                            project_path: PathBuf::from("/p"),
+                            user_space: PathBuf::from("/u"),
+                            system_space: PathBuf::from("/s"),
+                        };
+                        let planned = host
+                            .plan_on_task(&adapter, &request, &[], Box::new(NoServices))
+                            .await
+                            .unwrap()
+                            .unwrap();
+                        let rye_components::PlannedAction::Process(process) = planned.action else {
+                            panic!("not a process plan");
+                        };
+                        assert_eq!(process.args, ["1", "", "0"], "task {task} round {round}");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}

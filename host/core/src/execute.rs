@@ -264,7 +264,8 @@ impl Rye {
         Ok(exposed.clone()?)
     }
 
-    /// Finds the chain's adapter and asks it for the plan.
+    /// Finds the chain's adapter and asks it for the plan, blocking until
+    /// it is made.
     fn plan_chain(
         &self,
         session: &Session,
@@ -272,6 +273,25 @@ impl Rye {
         parameters: Value,
         log: Arc<Mutex<Vec<Event>>>,
     ) -> Result<(PathBuf, Signed, Planned), HostError> {
+        let asking = self.plan_request(session, chain, parameters, log)?;
+        let planned = self.components.plan(
+            &asking.adapter,
+            &asking.request,
+            &asking.grants,
+            Box::new(asking.services),
+        );
+        asking.answer.checked(chain, planned)
+    }
+
+    /// What asking the chain's adapter for the plan takes: the adapter,
+    /// found and verified, and what it is shown.
+    fn plan_request(
+        &self,
+        session: &Session,
+        chain: &Chain,
+        parameters: Value,
+        log: Arc<Mutex<Vec<Event>>>,
+    ) -> Result<Asking, HostError> {
         let (spaces, trust) = (&session.spaces, session.trust(self));
         let named = chain.elements.iter().find_map(|e| {
             e.metadata
@@ -369,31 +389,17 @@ impl Rye {
                 .unwrap_or_default(),
             system_space: self.system_base().to_owned(),
         };
-        let planned = self
-            .components
-            .plan(&adapter, &request, &grants, Box::new(services))
-            .map_err(|e: ComponentError| HostError::Component(e))?
-            .map_err(|failure| HostError::AdapterFailed {
-                path: path.clone(),
-                failure: failure.to_string(),
-            })?;
-        let (planned_kind, primitive) = match &planned.action {
-            PlannedAction::Process(_) => ("a process", EXECUTE_PRIMITIVE),
-            PlannedAction::Http(_) => ("an HTTP request", HTTP_PRIMITIVE),
-            PlannedAction::Mcp(_) => ("an MCP tool call", MCP_PRIMITIVE),
-        };
-        if chain.primitive().item_id != primitive {
-            return Err(HostError::AdapterFailed {
+        Ok(Asking {
+            adapter,
+            request,
+            grants,
+            services,
+            answer: Answer {
                 path,
-                failure: format!(
-                    "it planned {planned_kind} for a chain that ends in {}",
-                    chain.primitive().item_id
-                ),
-            });
-        }
-        Ok((path, found.signed, planned))
+                signed: found.signed,
+            },
+        })
     }
-
     /// The item, parsed, or the error result saying why it cannot be.
     fn load_parsed(
         &self,
@@ -545,6 +551,63 @@ impl Rye {
             None,
             directions,
         )
+    }
+}
+
+/// An adapter about to be asked for a plan (see [`Rye::plan_request`]).
+struct Asking {
+    adapter: Arc<rye_components::LoadedComponent>,
+    request: PlanRequest,
+    grants: Vec<PathBuf>,
+    services: HostServices,
+    answer: Answer,
+}
+
+impl Asking {
+    /// Whether the plan may be made on the awaiting task: the adapter's
+    /// services then answer at once, with no element's resolve command
+    /// to run.
+    fn answers_at_once(&self) -> bool {
+        self.services.commands.is_empty()
+    }
+}
+
+/// The adapter asked, and its verdict on its signature.
+struct Answer {
+    path: PathBuf,
+    signed: Signed,
+}
+
+impl Answer {
+    /// The adapter's answer, checked against the chain it was for.
+    fn checked(
+        self,
+        chain: &Chain,
+        planned: Result<Result<Planned, rye_components::PlanFailure>, ComponentError>,
+    ) -> Result<(PathBuf, Signed, Planned), HostError> {
+        let path = self.path;
+        let planned =
+            planned
+                .map_err(HostError::Component)?
+                .map_err(|failure| HostError::AdapterFailed {
+                    path: path.clone(),
+                    failure: failure.to_string(),
+                })?;
+        let (planned_kind, primitive) = match &planned.action {
+            PlannedAction::Process(_) => ("a process", EXECUTE_PRIMITIVE),
+            PlannedAction::Http(_) => ("an HTTP request", HTTP_PRIMITIVE),
+            PlannedAction::Mcp(_) => ("an MCP tool call", MCP_PRIMITIVE),
+        };
+        if chain.primitive().item_id != primitive {
+            return Err(HostError::AdapterFailed {
+                path,
+                failure: format!(
+                    "it planned {planned_kind} for a chain that ends in {}",
+                    chain.primitive().item_id
+                ),
+            });
+        }
+        Ok((path, self.signed, planned))
     }
 }
 
@@ -751,7 +814,7 @@ impl<'a> ToolRun<'a> {
             let ran = self.run_component(&chain).await?;
             return Ok(self.record(&chain, &lock, ran));
         }
-        let planned = self.plan(&chain)?;
+        let planned = self.plan(&chain).await?;
         self.verify_deps(&chain, &planned.notes)?;
         // The record was being written while the chain was checked and
         // planned; the run's effects start once it names them.
@@ -886,17 +949,43 @@ impl<'a> ToolRun<'a> {
     }
 
     /// The work, as the chain's runtime adapter plans it.
-    fn plan(&mut self, chain: &Chain) -> Stage<Planned> {
+    async fn plan(&mut self, chain: &Chain) -> Stage<Planned> {
         let started = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let planned = blocking(|| {
-            self.rye.plan_chain(
-                &self.session,
-                chain,
-                self.request.parameters.clone(),
-                log.clone(),
-            )
-        });
+        let parameters = self.request.parameters.clone();
+        let planned = match self
+            .rye
+            .plan_request(&self.session, chain, parameters, log.clone())
+        {
+            Err(e) => Err(e),
+            // Made on this task where it can be (see `plan_on_task`).
+            Ok(asking) if asking.answers_at_once() => {
+                let Asking {
+                    adapter,
+                    request,
+                    grants,
+                    services,
+                    answer,
+                } = asking;
+                let planned = (self.rye.components)
+                    .plan_on_task(&adapter, &request, &grants, Box::new(services))
+                    .await;
+                answer.checked(chain, planned)
+            }
+            Ok(asking) => {
+                let Asking {
+                    adapter,
+                    request,
+                    grants,
+                    services,
+                    answer,
+                } = asking;
+                let components = &self.rye.components;
+                let planned =
+                    blocking(|| components.plan(&adapter, &request, &grants, Box::new(services)));
+                answer.checked(chain, planned)
+            }
+        };
         self.trace
             .extend(log.lock().expect("trace log lock").drain(..));
         self.timings.plan_us = started.elapsed().as_micros() as u64;
