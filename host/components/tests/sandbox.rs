@@ -709,6 +709,27 @@ fn spinning_plans_leave_the_runtime_serving() {
             panic!("not a process plan");
         };
         assert_eq!(process.args, ["planned"]);
+
+        // A plan given up while it spins (its future dropped at one of its
+        // ticks, as when a client cancels the request) ends there, and the
+        // next plan is answered.
+        let given_up = tokio::time::timeout(
+            Duration::from_millis(250),
+            host.plan_on_task(&adapter, &spin_request(true), &[], Box::new(NoServices)),
+        )
+        .await;
+        assert!(given_up.is_err(), "a spinning plan answered: {given_up:?}");
+        for _ in 0..3 {
+            let planned = host
+                .plan_on_task(&adapter, &spin_request(false), &[], Box::new(NoServices))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(matches!(
+                planned.action,
+                rye_components::PlannedAction::Process(ref p) if p.args == ["planned"]
+            ));
+        }
     });
 }
 
