@@ -535,6 +535,17 @@ fn remembering_host() -> (
     (host, adapter)
 }
 
+/// A request with an empty chain and `parameters`.
+fn plan_request(parameters: serde_json::Value) -> rye_components::PlanRequest {
+    rye_components::PlanRequest {
+        chain: Vec::new(),
+        parameters,
+        project_path: PathBuf::from("/p"),
+        user_space: PathBuf::from("/u"),
+        system_space: PathBuf::from("/s"),
+    }
+}
+
 /// One plan of the remembering adapter, asserting its instance is new:
 /// it counts one call, saw no parameters before this plan's, and found
 /// the memory it grew zeroed although every plan before marked its own.
@@ -544,13 +555,7 @@ fn plan_on_a_new_instance(
     grants: &[PathBuf],
     round: usize,
 ) {
-    let request = rye_components::PlanRequest {
-        chain: Vec::new(),
-        parameters: serde_json::json!({"secret": round}),
-        project_path: PathBuf::from("/p"),
-        user_space: PathBuf::from("/u"),
-        system_space: PathBuf::from("/s"),
-    };
+    let request = plan_request(serde_json::json!({"secret": round}));
     let planned = host
         .plan(adapter, &request, grants, Box::new(NoServices))
         .unwrap()
@@ -623,13 +628,16 @@ fn plans_faster_than_spares_are_made_are_all_answered() {
 
 /// A request to the spinning adapter: to spin, or to plan at once.
 fn spin_request(spin: bool) -> rye_components::PlanRequest {
-    rye_components::PlanRequest {
-        chain: Vec::new(),
-        parameters: serde_json::json!({"spin": spin}),
-        project_path: PathBuf::from("/p"),
-        user_space: PathBuf::from("/u"),
-        system_space: PathBuf::from("/s"),
-    }
+    plan_request(serde_json::json!({"spin": spin}))
+}
+
+/// A multi-threaded runtime of two workers, as on a two-core machine.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Plans that never return, awaited on a runtime's tasks, are stopped at
@@ -654,12 +662,7 @@ fn spinning_plans_leave_the_runtime_serving() {
     let adapter = host
         .load(Path::new(artifacts::ADAPTER_SPIN), World::RuntimeAdapter)
         .unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    two_workers().block_on(async {
         let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let ticker = tokio::spawn({
             let ticks = ticks.clone();
@@ -739,24 +742,14 @@ fn spinning_plans_leave_the_runtime_serving() {
 fn plans_on_async_tasks_each_have_an_instance_of_their_own() {
     let (host, adapter) = remembering_host();
     let host = std::sync::Arc::new(host);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    two_workers().block_on(async {
         let tasks: Vec<_> = (0..12)
             .map(|task| {
                 let (host, adapter) = (host.clone(), adapter.clone());
                 tokio::spawn(async move {
                     for round in 0..40 {
-                        let request = rye_components::PlanRequest {
-                            chain: Vec::new(),
-                            parameters: serde_json::json!({"task": task, "round": round}),
-                            project_path: PathBuf::from("/p"),
-                            user_space: PathBuf::from("/u"),
-                            system_space: PathBuf::from("/s"),
-                        };
+                        let request =
+                            plan_request(serde_json::json!({"task": task, "round": round}));
                         let planned = host
                             .plan_on_task(&adapter, &request, &[], Box::new(NoServices))
                             .await

@@ -958,21 +958,8 @@ impl<'a> ToolRun<'a> {
             .plan_request(&self.session, chain, parameters, log.clone())
         {
             Err(e) => Err(e),
-            // Made on this task where it can be (see `plan_on_task`).
-            Ok(asking) if asking.answers_at_once() => {
-                let Asking {
-                    adapter,
-                    request,
-                    grants,
-                    services,
-                    answer,
-                } = asking;
-                let planned = (self.rye.components)
-                    .plan_on_task(&adapter, &request, &grants, Box::new(services))
-                    .await;
-                answer.checked(chain, planned)
-            }
             Ok(asking) => {
+                let at_once = asking.answers_at_once();
                 let Asking {
                     adapter,
                     request,
@@ -980,9 +967,15 @@ impl<'a> ToolRun<'a> {
                     services,
                     answer,
                 } = asking;
-                let components = &self.rye.components;
-                let planned =
-                    blocking(|| components.plan(&adapter, &request, &grants, Box::new(services)));
+                let (components, services) = (&self.rye.components, Box::new(services));
+                let planned = if at_once {
+                    // Made on this task where it can be (see `plan_on_task`).
+                    components
+                        .plan_on_task(&adapter, &request, &grants, services)
+                        .await
+                } else {
+                    blocking(|| components.plan(&adapter, &request, &grants, services))
+                };
                 answer.checked(chain, planned)
             }
         };
