@@ -117,14 +117,15 @@ impl ComponentHost {
     }
 
     /// Asks a runtime adapter for the plan of one execution from an async
-    /// task whose `services` answer at once (see
-    /// [`ComponentHost::plan_async`]). On a worker of a multi-threaded
-    /// runtime the plan is made on the task itself, while fewer plans are
-    /// made that way than the runtime has workers less one: a plan that
-    /// spins to its deadline then holds one worker, never all. Otherwise
-    /// it is made as [`ComponentHost::plan`] makes it, the worker's other
-    /// tasks handed to another thread meanwhile (on a current-thread
-    /// runtime, on a thread of its own).
+    /// task. When `services` answer at once (see
+    /// [`AdapterServices::answers_at_once`]), on a worker of a
+    /// multi-threaded runtime, the plan is made on the task itself (see
+    /// [`ComponentHost::plan_async`]), while fewer plans are made that way
+    /// than the runtime has workers less one: a plan that spins to its
+    /// deadline then holds one worker, never all. Otherwise it is made as
+    /// [`ComponentHost::plan`] makes it, the worker's other tasks handed to
+    /// another thread meanwhile (on a current-thread runtime, on a thread
+    /// of its own).
     pub async fn plan_on_task(
         &self,
         component: &LoadedComponent,
@@ -132,7 +133,9 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        if let Some(_inline) = self.inline_permit() {
+        if services.answers_at_once()
+            && let Some(_inline) = self.inline_permit()
+        {
             return self.plan_async(component, request, grants, services).await;
         }
         let plan = || self.plan(component, request, grants, services);

@@ -197,8 +197,22 @@ fn command_linker_async(engine: &wasmtime::Engine) -> Result<Linker<CallState>, 
 /// stack of the pool; more run on blocking threads.
 pub(crate) const ASYNC_RUNS: usize = 16;
 
-/// One of the [`ASYNC_RUNS`], held while it runs.
+/// One of the [`ASYNC_RUNS`] (or of the plans made on async tasks), held
+/// while it runs.
 pub(crate) struct AsyncPermit(Arc<AtomicUsize>);
+
+impl AsyncPermit {
+    /// One of `count`'s permits, if fewer than `bound` are held.
+    fn take(count: &Arc<AtomicUsize>, bound: usize) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < bound).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(Arc::clone(count)))
+    }
+}
 
 impl Drop for AsyncPermit {
     fn drop(&mut self) {
@@ -380,13 +394,7 @@ impl ComponentHost {
 
     /// One of the [`ASYNC_RUNS`], if one is free.
     pub(crate) fn async_permit(&self) -> Option<AsyncPermit> {
-        use std::sync::atomic::Ordering;
-        self.async_runs
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < ASYNC_RUNS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| AsyncPermit(Arc::clone(&self.async_runs)))
+        AsyncPermit::take(&self.async_runs, ASYNC_RUNS)
     }
 
     /// Leave to make a plan on the task that awaits it, on a worker of a
@@ -394,18 +402,12 @@ impl ComponentHost {
     /// than the runtime has workers less one, so that plans spinning to
     /// their deadlines never hold every worker.
     pub(crate) fn inline_permit(&self) -> Option<AsyncPermit> {
-        use std::sync::atomic::Ordering;
         let handle = tokio::runtime::Handle::try_current().ok()?;
         if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return None;
         }
         let bound = handle.metrics().num_workers().saturating_sub(1);
-        self.inline_plans
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < bound).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| AsyncPermit(Arc::clone(&self.inline_plans)))
+        AsyncPermit::take(&self.inline_plans, bound)
     }
 
     pub(crate) fn known_command(&self, hash: &[u8; 32]) -> Option<Arc<LoadedCommand>> {

@@ -25,4 +25,10 @@ pub trait AdapterServices: Send {
     fn run_declared_command(&mut self, item_id: &str) -> Result<String, String>;
     /// The text of `.ai/config/<path>` in `space`, if the file exists.
     fn read_config(&mut self, space: PluginSpace, path: &str) -> Result<Option<String>, String>;
+    /// Whether every answer comes at once: false when one may wait on
+    /// something outside the host (a declared command to run), so that a
+    /// plan asking it is not made on an async task.
+    fn answers_at_once(&self) -> bool {
+        true
+    }
 }

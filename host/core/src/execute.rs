@@ -563,15 +563,6 @@ struct Asking {
     answer: Answer,
 }
 
-impl Asking {
-    /// Whether the plan may be made on the awaiting task: the adapter's
-    /// services then answer at once, with no element's resolve command
-    /// to run.
-    fn answers_at_once(&self) -> bool {
-        self.services.commands.is_empty()
-    }
-}
-
 /// The adapter asked, and its verdict on its signature.
 struct Answer {
     path: PathBuf,
@@ -958,25 +949,17 @@ impl<'a> ToolRun<'a> {
             .plan_request(&self.session, chain, parameters, log.clone())
         {
             Err(e) => Err(e),
+            // Made on this task where it can be (see `plan_on_task`).
             Ok(asking) => {
-                let at_once = asking.answers_at_once();
-                let Asking {
-                    adapter,
-                    request,
-                    grants,
-                    services,
-                    answer,
-                } = asking;
-                let (components, services) = (&self.rye.components, Box::new(services));
-                let planned = if at_once {
-                    // Made on this task where it can be (see `plan_on_task`).
-                    components
-                        .plan_on_task(&adapter, &request, &grants, services)
-                        .await
-                } else {
-                    blocking(|| components.plan(&adapter, &request, &grants, services))
-                };
-                answer.checked(chain, planned)
+                let planned = (self.rye.components)
+                    .plan_on_task(
+                        &asking.adapter,
+                        &asking.request,
+                        &asking.grants,
+                        Box::new(asking.services),
+                    )
+                    .await;
+                asking.answer.checked(chain, planned)
             }
         };
         self.trace

@@ -37,6 +37,12 @@ impl HostServices {
 }
 
 impl AdapterServices for HostServices {
+    /// Not when a chain element declares a resolve command, which runs
+    /// until it exits.
+    fn answers_at_once(&self) -> bool {
+        self.commands.is_empty()
+    }
+
     fn get_env(&mut self, name: &str) -> Option<String> {
         self.env
             .iter()
