@@ -1655,18 +1655,24 @@ async fn user_space(State(node): State<Arc<Node>>, call: Signed<Read>) -> Answer
     }))
 }
 
-/// A project's head in the database, as fold-back moves it.
+/// A project's head in the database, as the fold-back of a run moves it:
+/// what the fold-back wrote is held as the run's before the head can name
+/// it, so a reader never finds the head naming what its principal does
+/// not hold.
 struct DbHeads<'a> {
-    db: &'a Db,
-    principal: &'a str,
-    project: &'a str,
+    node: &'a Node,
+    cas: &'a Cas<Tracked<ObjectBytes>>,
+    job: &'a Job,
+    /// What was held on the way.
+    held: std::sync::Mutex<Vec<Held>>,
 }
 
 impl Heads for DbHeads<'_> {
     async fn head(&self) -> Result<Option<ContentHash>, SyncError> {
         let head = self
+            .node
             .db
-            .head(self.principal, self.project)
+            .head(&self.job.principal, &self.job.project)
             .await
             .map_err(|e| SyncError::Manifest(e.to_string()))?;
         head.map(|h| {
@@ -1681,12 +1687,17 @@ impl Heads for DbHeads<'_> {
         expected: Option<ContentHash>,
         new: ContentHash,
     ) -> Result<bool, SyncError> {
+        let held = hold_run_writes(self.node, self.cas, self.job)
+            .await
+            .map_err(SyncError::Manifest)?;
+        self.held.lock().expect("fold-back holds").extend(held);
         let expected = expected.map(|h| h.hex());
         Ok(self
+            .node
             .db
             .advance_head(
-                self.principal,
-                self.project,
+                &self.job.principal,
+                &self.job.project,
                 expected.as_deref(),
                 &new.hex(),
                 now_secs() as i64,
@@ -2348,7 +2359,7 @@ async fn read_back_later(node: &Node, job: &Job, later: Later, mut answered: Val
         );
         let late = fold(node, &cas, job, built.hash).await;
         answered["late_fold_back"] = match &late {
-            Ok(folded) => json!({
+            Ok((folded, _)) => json!({
                 "merge_type": folded.merge_type.name(),
                 "head": folded.head.map(|h| h.hex()),
                 "run_snapshot_hash": folded.run_snapshot.map(|h| h.hex()),
@@ -2419,17 +2430,18 @@ fn policy_of(space: &Workspace) -> Result<Policy, Failed> {
 }
 
 /// Folds the run `job`, whose project's manifest it left as `manifest`,
-/// back into its project's history.
+/// back into its project's history; what it wrote, held as the run's.
 async fn fold(
     node: &Node,
     cas: &Cas<Tracked<ObjectBytes>>,
     job: &Job,
     manifest: ContentHash,
-) -> Result<foldback::Folded, SyncError> {
+) -> Result<(foldback::Folded, Vec<Held>), SyncError> {
     let heads = DbHeads {
-        db: &node.db,
-        principal: &job.principal,
-        project: &job.project,
+        node,
+        cas,
+        job,
+        held: std::sync::Mutex::new(Vec::new()),
     };
     let ran = Ran {
         base: job.base,
@@ -2438,7 +2450,16 @@ async fn fold(
         thread_id: job.thread_id.clone(),
         now: iso_now(),
     };
-    foldback::fold_back(cas, &heads, &ran).await
+    let folded = foldback::fold_back(cas, &heads, &ran).await?;
+    // What the last tries wrote without moving the head (a conflict's
+    // snapshot, one whose head moved on) is the run's too.
+    let mut held = heads.held.into_inner().expect("fold-back holds");
+    held.extend(
+        hold_run_writes(node, cas, job)
+            .await
+            .map_err(SyncError::Manifest)?,
+    );
+    Ok((folded, held))
 }
 
 /// Reads the project in `space` back: its manifest, stored, and the
@@ -2595,19 +2616,15 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
         ReadBack::Walked(built, _) => built.hash,
     };
     laps.lap("outputs");
-    // What the run wrote is held before a head can name it, and what the
-    // fold-back writes, after it.
+    // What the run wrote is held before a head can name it; the
+    // fold-back holds what it writes before each move of the head.
     let mut written = hold_run_writes(node, &cas, job)
         .await
         .map_err(|e| ("outputs", e))?;
-    let folded = fold(node, &cas, job, run_manifest)
+    let (folded, fold_writes) = fold(node, &cas, job, run_manifest)
         .await
         .map_err(|e| ("fold-back", e.to_string()))?;
-    written.extend(
-        hold_run_writes(node, &cas, job)
-            .await
-            .map_err(|e| ("fold-back", e))?,
-    );
+    written.extend(fold_writes);
     let new_objects: Vec<&str> = written.iter().map(|h| h.hash.as_str()).collect();
     let new_objects = json!(new_objects);
     laps.lap("fold_back");

@@ -2234,6 +2234,80 @@ async fn twenty_clients_push_and_run_through_two_replicas_while_both_collect() {
     b.task.abort();
 }
 
+/// A run's fold-back moves its project's head only once its key holds
+/// what the new head names: a reader that sees the head move finds the
+/// whole closure its own at once, never a moment later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_a_run_moves_names_only_what_its_key_already_holds() {
+    for stores in all_stores("a head a run moves names only what its key holds") {
+        head_moved_by_runs_on(stores).await;
+    }
+}
+
+async fn head_moved_by_runs_on(stores: Stores) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = stores.settings(&dir.path().join("node"), noting_runner(dir.path()));
+    settings.gc.every = None;
+    let served = serve_with(settings).await;
+    let alice = served.key("alice", &["*"]).await;
+    let fp = alice.fingerprint().to_owned();
+    let folder = dir.path().join("project");
+    project(&folder, 3, "first");
+    let client = Client::connect(
+        &remote(&served.url),
+        keypair_copy(&alice),
+        &dir.path().join("known_nodes.json"),
+    )
+    .await
+    .unwrap();
+    client.push(&folder, None, &[], "p").await.unwrap();
+
+    // Watches the head as closely as the database answers, checking
+    // every head it sees against what the key holds.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (node, done, store) = (
+            Arc::clone(&served.node),
+            Arc::clone(&done),
+            store_of(&dir.path().join("node"), &stores),
+        );
+        tokio::spawn(async move {
+            let (mut last, mut seen, mut lacking) = (None, 0, Vec::new());
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let head = node.db().head(&fp, "p").await.unwrap();
+                if head == last {
+                    continue;
+                }
+                // The snapshot itself at once, then all it names.
+                let snapshot = vec![head.clone().unwrap()];
+                let held = node.db().held(&fp, &snapshot).await.unwrap();
+                lacking.extend(snapshot.into_iter().filter(|h| !held.contains(h)));
+                let closure = closure_of(&store, head.as_deref().unwrap()).await;
+                let held = node.db().held(&fp, &closure).await.unwrap();
+                lacking.extend(closure.into_iter().filter(|h| !held.contains(h)));
+                seen += 1;
+                last = head;
+            }
+            (seen, lacking)
+        })
+    };
+    for _ in 0..8 {
+        let answer = client
+            .execute("p", "tool:demo/x", &json!({}), false)
+            .await
+            .unwrap();
+        assert_eq!(answer["status"], "completed", "{answer:#}");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (seen, lacking) = watcher.await.unwrap();
+    assert!(seen >= 2, "the watcher saw the head move: {seen}");
+    assert!(
+        lacking.is_empty(),
+        "heads named what alice did not hold yet: {lacking:?}"
+    );
+    served.task.abort();
+}
+
 /// A request carrying `token` as a bearer token (and `more` headers).
 async fn bearing(
     url: &str,
