@@ -66,6 +66,9 @@ pub(crate) struct ElementCache {
 /// subject.
 pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 
+/// Chains kept per generation (see [`crate::chain::ChainMemo`]).
+pub(crate) const CHAIN_MEMO_ENTRIES: usize = 1024;
+
 /// Parse results kept in memory, by parser and content.
 pub(crate) const PARSE_CACHE_ENTRIES: usize = 50_000;
 

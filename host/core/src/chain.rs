@@ -134,7 +134,38 @@ impl Rye {
         self.build_chain(&self.session(project), tool_id)
     }
 
+    /// The chain of `tool_id` in `session`'s spaces: as last built while
+    /// no watched folder has changed since (every file it was built from
+    /// was vouched for by a watch), else built again.
     pub(crate) fn build_chain(&self, session: &Session, tool_id: &str) -> Result<Chain, HostError> {
+        let Some(before) = self.listings.quiet() else {
+            return self.walk_chain(session, tool_id);
+        };
+        let key = memo_key(&session.spaces, tool_id);
+        let memo = self.chains.lock().expect("chain memo lock").get(&key);
+        if let Some(memo) = memo
+            && self.listings.still(memo.quiet)
+        {
+            session.prime(memo.extractors.clone(), memo.trust.clone());
+            return Ok(memo.chain.clone());
+        }
+        let chain = self.walk_chain(session, tool_id)?;
+        if self.listings.vouched_since(before) {
+            let memo = ChainMemo {
+                quiet: before,
+                chain: chain.clone(),
+                extractors: session.extractors(self)?,
+                trust: session.trust(self),
+            };
+            self.chains
+                .lock()
+                .expect("chain memo lock")
+                .insert(key, Arc::new(memo));
+        }
+        Ok(chain)
+    }
+
+    fn walk_chain(&self, session: &Session, tool_id: &str) -> Result<Chain, HostError> {
         let spaces = &session.spaces;
         let extractors = session.extractors(self)?;
         let extensions = &extractors.require(ItemKind::Tool)?.extensions;
@@ -339,6 +370,28 @@ impl Rye {
             );
         Ok(make(parsed.content_hash, (metadata, metadata_json), signed))
     }
+}
+
+/// A chain as it was built, with what its session worked it out with,
+/// valid while the listings' watches stay quiet.
+pub(crate) struct ChainMemo {
+    quiet: rye_space::Quiet,
+    chain: Chain,
+    extractors: Arc<rye_space::Extractors>,
+    trust: Arc<rye_integrity::TrustStore>,
+}
+
+/// A memo's key: each space's folder, then the tool's id.
+fn memo_key(spaces: &rye_space::Spaces, tool_id: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut key = Vec::with_capacity(256);
+    for root in spaces.roots() {
+        key.push(root.space as u8);
+        key.extend_from_slice(root.ai_dir.as_os_str().as_bytes());
+        key.push(0);
+    }
+    key.extend_from_slice(tool_id.as_bytes());
+    key
 }
 
 /// Checks every (child, parent) pair of a chain.

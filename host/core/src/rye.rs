@@ -21,6 +21,8 @@ pub struct Rye {
     pub(crate) index: Mutex<Index>,
     pub(crate) listings: Arc<ListingCache>,
     pub(crate) elements: Mutex<ElementCache>,
+    /// Chains as last built, by spaces and tool id.
+    pub(crate) chains: Mutex<Generational<Vec<u8>, Arc<crate::chain::ChainMemo>>>,
     /// Per project folder: is it the system space's source, is it the
     /// user base.
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
@@ -118,6 +120,7 @@ impl Rye {
             index: Mutex::default(),
             listings,
             elements: Mutex::default(),
+            chains: Mutex::new(Generational::new(crate::cache::CHAIN_MEMO_ENTRIES)),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
             validator_listings: Mutex::default(),

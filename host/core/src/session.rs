@@ -56,6 +56,14 @@ impl Session {
         Ok(self.extractors.get_or_init(|| extractors).clone())
     }
 
+    /// Takes `extractors` and `trust` as this session's, where it has
+    /// not worked them out yet: they were worked out for the same spaces
+    /// from files unchanged since.
+    pub(crate) fn prime(&self, extractors: Arc<Extractors>, trust: Arc<TrustStore>) {
+        let _ = self.extractors.set(extractors);
+        let _ = self.trust.set(trust);
+    }
+
     /// The keys trusted for the spaces (see [`Rye::trust_store`]).
     pub(crate) fn trust(&self, rye: &Rye) -> Arc<TrustStore> {
         self.trust

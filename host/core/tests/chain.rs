@@ -337,3 +337,84 @@ fn an_edited_element_is_read_again() {
         after.elements[0].content_hash
     );
 }
+
+/// A chain once built is kept while the watches report nothing, and
+/// every change to what it was built from is seen by the next build all
+/// the same: a tampered byte, the file signed again, a runtime that
+/// shadows the system's added and removed.
+#[test]
+fn a_kept_chain_gives_way_to_every_change_of_what_it_was_built_from() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let tool = write(
+        p,
+        ".ai/tools/demo/tool.py",
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
+    );
+    let rye = common::rye(user.path());
+    let first = rye.chain(Some(p), "demo/tool").unwrap();
+    let again = rye.chain(Some(p), "demo/tool").unwrap();
+    assert_eq!(chain_ids(&first), chain_ids(&again));
+    assert_eq!(
+        first.elements[0].content_hash,
+        again.elements[0].content_hash
+    );
+
+    let signed = std::fs::read_to_string(&tool).unwrap();
+    std::fs::write(&tool, format!("{signed}# one more line\n")).unwrap();
+    assert!(
+        matches!(
+            rye.chain(Some(p), "demo/tool"),
+            Err(HostError::Integrity { .. })
+        ),
+        "a tampered tool is refused however warm its chain"
+    );
+    common::sign_file(&tool);
+    let resigned = rye.chain(Some(p), "demo/tool").unwrap();
+    assert_ne!(
+        resigned.elements[0].content_hash,
+        first.elements[0].content_hash
+    );
+
+    let runtime = write(
+        p,
+        ".ai/tools/rye/core/runtimes/python/script.yaml",
+        runtime("rye/core/primitives/execute"),
+    );
+    let shadowed = rye.chain(Some(p), "demo/tool").unwrap();
+    assert_eq!(shadowed.elements[1].space, Space::Project);
+    std::fs::remove_file(&runtime).unwrap();
+    let back = rye.chain(Some(p), "demo/tool").unwrap();
+    assert_eq!(back.elements[1].space, Space::System);
+}
+
+/// A tool file that is a link inside the space: its target lies where no
+/// watch sees it, so its chain is built again each time and an edit of
+/// the target shows at once.
+#[test]
+fn a_chain_through_a_link_sees_its_target_change() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let target = common::write_unsigned(
+        p,
+        ".ai/shared/tool.py",
+        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
+    );
+    let link = p.join(".ai/tools/demo/tool.py");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    common::sign_file(&link);
+    let rye = common::rye(user.path());
+    for _ in 0..2 {
+        let chain = rye.chain(Some(p), "demo/tool").unwrap();
+        assert_eq!(chain.elements[0].metadata["version"], "1.0.0");
+    }
+    std::fs::write(
+        &target,
+        "__version__ = '2.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
+    )
+    .unwrap();
+    common::sign_file(&link);
+    let chain = rye.chain(Some(p), "demo/tool").unwrap();
+    assert_eq!(chain.elements[0].metadata["version"], "2.0.0");
+}

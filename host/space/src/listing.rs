@@ -19,6 +19,14 @@
 //! All of it goes through one inotify instance per process, whatever the
 //! number of trees and stamp sets: a user may hold only a few instances.
 //!
+//! What a caller works out from listings and stamps alone can be kept as
+//! long as they hold: a [`Quiet`] token names the events seen so far, and
+//! stays current until any watched folder reports one. A result worked out
+//! while something was read that no watch vouches for (a link's target, a
+//! folder that could not be watched) must not be kept on it; the cache
+//! counts such reads, and [`ListingCache::vouched_since`] says whether any
+//! happened.
+//!
 //! Not noticed, as with any inotify user: writes through a memory map,
 //! and writes through a hard link from outside the tree. Where inotify is
 //! unavailable (another OS, or the watch limit reached) every listing walks.
@@ -48,6 +56,17 @@ pub struct ListingCache {
     /// cache: for one command in one process, over a tree nobody changes
     /// meanwhile.
     snapshot: bool,
+    /// Reads no complete watch vouches for, so far.
+    unvouched: std::sync::atomic::AtomicU64,
+}
+
+/// The watches' events up to a moment, and the reads made without one
+/// (see [`ListingCache::quiet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quiet {
+    events: u64,
+    epoch: u64,
+    unvouched: u64,
 }
 
 /// A tree is a kind's folder listed for a set of extensions.
@@ -98,6 +117,45 @@ impl ListingCache {
 }
 
 impl ListingCache {
+    /// Every event queued so far read, the token of this moment; `None`
+    /// where nothing is watched (another OS, a cache that does not watch,
+    /// a queue that could not be read).
+    pub fn quiet(&self) -> Option<Quiet> {
+        if self.unwatched {
+            return None;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let (events, epoch) = inotify::events()?;
+            Some(Quiet {
+                events,
+                epoch,
+                unvouched: self.unvouched.load(std::sync::atomic::Ordering::SeqCst),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
+    /// Whether no watched folder has reported a change since `token`: what
+    /// was worked out from listings and stamps then still holds.
+    pub fn still(&self, token: Quiet) -> bool {
+        self.quiet()
+            .is_some_and(|now| now.events == token.events && now.epoch == token.epoch)
+    }
+
+    /// Whether, since `token`, no watched folder changed and nothing was
+    /// read that no watch vouches for (by any caller: a concurrent one
+    /// makes this answer no, never a wrong yes).
+    pub fn vouched_since(&self, token: Quiet) -> bool {
+        self.quiet() == Some(token)
+    }
+
+    fn unvouched_read(&self) {
+        self.unvouched
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The stamps of `paths`, files or folders (`None` for one that cannot
     /// be read), in order. Watched, the folders from each path's `.ai`
     /// folder down to the path are watched before the stamps are read, and
@@ -132,6 +190,8 @@ impl ListingCache {
             let stamps = read();
             if entry.watch.is_some() {
                 entry.stamps = Some(stamps.clone());
+            } else {
+                self.unvouched_read();
             }
             stamps
         }
@@ -218,10 +278,13 @@ impl Spaces {
         {
             return Ok(listed.clone());
         }
-        if let Some(listed) = tree.fresh()
-            && let Some(listed) = refresh_links(&mut tree, listed)
-        {
-            return Ok(listed);
+        if let Some(listed) = tree.fresh() {
+            if !tree.linked.is_empty() {
+                cache.unvouched_read();
+            }
+            if let Some(listed) = refresh_links(&mut tree, listed) {
+                return Ok(listed);
+            }
         }
         // A missing folder is known missing until a watch on where it
         // would be made reports a change.
@@ -241,6 +304,9 @@ impl Spaces {
                 None => crate::walk::list_files(&dir, extensions, &|_| true)?,
             };
             tree.watch = watch.filter(|w| w.complete());
+            if tree.watch.is_none() {
+                cache.unvouched_read();
+            }
             found
         };
         #[cfg(not(target_os = "linux"))]
@@ -428,6 +494,8 @@ mod inotify {
     #[derive(Default)]
     struct State {
         generations: HashMap<i32, u64, foldhash::fast::RandomState>,
+        /// Every event read, on any folder.
+        events: u64,
         epoch: u64,
         /// A failed read of the queue: nothing can be trusted any more.
         broken: bool,
@@ -450,6 +518,7 @@ mod inotify {
             loop {
                 match reader.next() {
                     Ok(event) => {
+                        state.events += 1;
                         if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
                             state.epoch += 1;
                         } else if event.events().contains(ReadFlags::IGNORED) {
@@ -468,6 +537,13 @@ mod inotify {
                 }
             }
         }
+    }
+
+    /// Every queued event read, how many there were so far and the
+    /// epoch; `None` if nothing can be trusted.
+    pub(super) fn events() -> Option<(u64, u64)> {
+        let state = SHARED.as_ref()?.drain();
+        (!state.broken).then_some((state.events, state.epoch))
     }
 
     /// The folders of one tree or stamp set, watched through the shared
