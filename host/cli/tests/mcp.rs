@@ -1062,6 +1062,38 @@ fn an_agent_manages_mcp_servers_over_mcp() {
                 .unwrap(),
         );
         assert_eq!(sum["data"], json!({"sum": 42}), "{sum:#}");
+
+        // The server item a warm call used gives way at once to an edit:
+        // tampered, it is refused; signed again with one more variable,
+        // the next call reaches a session that has it.
+        let environment = |name: &str| {
+            call(
+                "execute",
+                json!({"item_type": "tool", "item_id": "mcp/notes/environment", "project_path": env.project(), "parameters": {"name": name}}),
+            )
+        };
+        let before = result(client.call_tool(environment("NOTES_MARK")).await.unwrap());
+        assert_eq!(before["data"]["result"], "(unset)", "{before:#}");
+        let server_item = env.project.path().join(".ai/tools/mcp/servers/notes.yaml");
+        let signed = std::fs::read_to_string(&server_item).unwrap();
+        let home = "\"HOME\":\"${HOME}\"";
+        assert!(signed.contains(home), "{signed}");
+        std::fs::write(&server_item, signed.replace(home, "\"HOME\":\"/tmp\"")).unwrap();
+        let refused = result(client.call_tool(environment("HOME")).await.unwrap());
+        assert_eq!(refused["status"], "error", "{refused:#}");
+        assert!(
+            refused["error"].as_str().unwrap().contains("modified"),
+            "{refused:#}"
+        );
+        std::fs::write(
+            &server_item,
+            signed.replace(home, &format!("{home},\"NOTES_MARK\":\"second\"")),
+        )
+        .unwrap();
+        env.rye(&["sign", "tool", "mcp/servers/notes"]);
+        let after = result(client.call_tool(environment("NOTES_MARK")).await.unwrap());
+        assert_eq!(after["data"]["result"], "second", "{after:#}");
+
         let listed = result(
             client
                 .call_tool(manage(json!({"action": "list"})))

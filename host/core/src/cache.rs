@@ -66,8 +66,26 @@ pub(crate) struct ElementCache {
 /// subject.
 pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 
-/// Chains kept per generation (see [`crate::chain::ChainMemo`]).
+/// Chains kept per generation (see [`crate::chain::ChainMemo`]), and
+/// server items (see [`crate::mcp::ServerMemo`]).
 pub(crate) const CHAIN_MEMO_ENTRIES: usize = 1024;
+
+/// The key of what was worked out for `spaces` (each space's folder) and
+/// `parts`.
+pub(crate) fn memo_key(spaces: &rye_space::Spaces, parts: &[&[u8]]) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut key = Vec::with_capacity(256);
+    for root in spaces.roots() {
+        key.push(root.space as u8);
+        key.extend_from_slice(root.ai_dir.as_os_str().as_bytes());
+        key.push(0);
+    }
+    for part in parts {
+        key.extend_from_slice(part);
+        key.push(0);
+    }
+    key
+}
 
 /// Parse results kept in memory, by parser and content.
 pub(crate) const PARSE_CACHE_ENTRIES: usize = 50_000;

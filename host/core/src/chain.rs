@@ -141,7 +141,7 @@ impl Rye {
         let Some(before) = self.listings.quiet() else {
             return self.walk_chain(session, tool_id);
         };
-        let key = memo_key(&session.spaces, tool_id);
+        let key = crate::cache::memo_key(&session.spaces, &[tool_id.as_bytes()]);
         let memo = self.chains.lock().expect("chain memo lock").get(&key);
         if let Some(memo) = memo
             && self.listings.still(memo.quiet)
@@ -379,19 +379,6 @@ pub(crate) struct ChainMemo {
     chain: Chain,
     extractors: Arc<rye_space::Extractors>,
     trust: Arc<rye_integrity::TrustStore>,
-}
-
-/// A memo's key: each space's folder, then the tool's id.
-fn memo_key(spaces: &rye_space::Spaces, tool_id: &str) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let mut key = Vec::with_capacity(256);
-    for root in spaces.roots() {
-        key.push(root.space as u8);
-        key.extend_from_slice(root.ai_dir.as_os_str().as_bytes());
-        key.push(0);
-    }
-    key.extend_from_slice(tool_id.as_bytes());
-    key
 }
 
 /// Checks every (child, parent) pair of a chain.

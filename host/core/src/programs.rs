@@ -15,7 +15,7 @@ pub(crate) struct Programs(Mutex<HashMap<(String, String), Found>>);
 type Found = (Result<String, String>, Instant);
 
 /// How long a program found on `PATH` is taken as found.
-const FOUND_FOR: Duration = Duration::from_secs(1);
+pub(crate) const FOUND_FOR: Duration = Duration::from_secs(1);
 
 /// Distinct (PATH, command) pairs remembered at most.
 const PROGRAMS_KEPT: usize = 256;

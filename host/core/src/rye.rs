@@ -23,6 +23,8 @@ pub struct Rye {
     pub(crate) elements: Mutex<ElementCache>,
     /// Chains as last built, by spaces and tool id.
     pub(crate) chains: Mutex<Generational<Vec<u8>, Arc<crate::chain::ChainMemo>>>,
+    /// MCP server items as last read, by spaces, tool space and id.
+    pub(crate) servers: Mutex<Generational<Vec<u8>, Arc<crate::mcp::ServerMemo>>>,
     /// Per project folder: is it the system space's source, is it the
     /// user base.
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
@@ -121,6 +123,7 @@ impl Rye {
             listings,
             elements: Mutex::default(),
             chains: Mutex::new(Generational::new(crate::cache::CHAIN_MEMO_ENTRIES)),
+            servers: Mutex::new(Generational::new(crate::cache::CHAIN_MEMO_ENTRIES)),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
             validator_listings: Mutex::default(),
