@@ -1,10 +1,12 @@
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rye_components::{ParseFailure, ParsedDocument};
-use rye_space::{FileStamp, ItemKind};
+use rye_space::{FileStamp, ItemKind, ListingCache, Quiet};
 use serde_json::{Map, Value};
 
 /// A bounded map that forgets what has not been used lately: entries live
@@ -66,15 +68,74 @@ pub(crate) struct ElementCache {
 /// subject.
 pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 
-/// Chains kept per generation (see [`crate::chain::ChainMemo`]), and
-/// server items (see [`crate::mcp::ServerMemo`]).
-pub(crate) const CHAIN_MEMO_ENTRIES: usize = 1024;
+/// Values worked out from the spaces' files alone (a chain, a server
+/// item), each kept with the listings' token of the moment its work
+/// began, and valid while that token is current: while no watched folder
+/// has reported a change (see [`rye_space::ListingCache::still`]). One
+/// table, keyed by what was worked out and for which spaces; a value is
+/// kept only if everything it was worked out from was vouched for by a
+/// watch ([`rye_space::ListingCache::vouched_since`]).
+pub(crate) struct Memos(std::sync::Mutex<Generational<Vec<u8>, Arc<dyn Any + Send + Sync>>>);
 
-/// The key of what was worked out for `spaces` (each space's folder) and
-/// `parts`.
-pub(crate) fn memo_key(spaces: &rye_space::Spaces, parts: &[&[u8]]) -> Vec<u8> {
+/// Values kept per generation.
+const MEMO_ENTRIES: usize = 2048;
+
+/// A kept value, with the token it was worked out under and when.
+pub(crate) struct Kept<T> {
+    quiet: Quiet,
+    pub(crate) at: Instant,
+    pub(crate) value: T,
+}
+
+impl Default for Memos {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new(Generational::new(MEMO_ENTRIES)))
+    }
+}
+
+impl Memos {
+    /// The value kept under `key`, if it is still current.
+    pub(crate) fn get<T: Send + Sync + 'static>(
+        &self,
+        listings: &ListingCache,
+        key: &Vec<u8>,
+    ) -> Option<Arc<Kept<T>>> {
+        let kept = self.0.lock().expect("memo lock").get(key)?;
+        let kept = kept.downcast::<Kept<T>>().ok()?;
+        listings.still(kept.quiet).then_some(kept)
+    }
+
+    /// Keeps `value`, worked out since `before` (taken at `at`), under
+    /// `key`: if nothing changed meanwhile and everything read was
+    /// vouched for.
+    pub(crate) fn keep<T: Send + Sync + 'static>(
+        &self,
+        listings: &ListingCache,
+        (before, at): (Quiet, Instant),
+        key: Vec<u8>,
+        value: T,
+    ) {
+        if listings.vouched_since(before) {
+            let kept = Kept {
+                quiet: before,
+                at,
+                value,
+            };
+            self.0
+                .lock()
+                .expect("memo lock")
+                .insert(key, Arc::new(kept));
+        }
+    }
+}
+
+/// The key of what `what` names, worked out for `spaces` (each space's
+/// folder) and `parts`.
+pub(crate) fn memo_key(what: &str, spaces: &rye_space::Spaces, parts: &[&[u8]]) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt as _;
     let mut key = Vec::with_capacity(256);
+    key.extend_from_slice(what.as_bytes());
+    key.push(0);
     for root in spaces.roots() {
         key.push(root.space as u8);
         key.extend_from_slice(root.ai_dir.as_os_str().as_bytes());

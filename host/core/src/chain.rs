@@ -141,27 +141,20 @@ impl Rye {
         let Some(before) = self.listings.quiet() else {
             return self.walk_chain(session, tool_id);
         };
-        let key = crate::cache::memo_key(&session.spaces, &[tool_id.as_bytes()]);
-        let memo = self.chains.lock().expect("chain memo lock").get(&key);
-        if let Some(memo) = memo
-            && self.listings.still(memo.quiet)
-        {
-            session.prime(memo.extractors.clone(), memo.trust.clone());
-            return Ok(memo.chain.clone());
+        let at = std::time::Instant::now();
+        let key = crate::cache::memo_key("chain", &session.spaces, &[tool_id.as_bytes()]);
+        if let Some(kept) = self.memos.get::<Built>(&self.listings, &key) {
+            let (chain, extractors, trust) = &kept.value;
+            session.prime(extractors.clone(), trust.clone());
+            return Ok(chain.clone());
         }
         let chain = self.walk_chain(session, tool_id)?;
-        if self.listings.vouched_since(before) {
-            let memo = ChainMemo {
-                quiet: before,
-                chain: chain.clone(),
-                extractors: session.extractors(self)?,
-                trust: session.trust(self),
-            };
-            self.chains
-                .lock()
-                .expect("chain memo lock")
-                .insert(key, Arc::new(memo));
-        }
+        let built = (
+            chain.clone(),
+            session.extractors(self)?,
+            session.trust(self),
+        );
+        self.memos.keep(&self.listings, (before, at), key, built);
         Ok(chain)
     }
 
@@ -372,14 +365,13 @@ impl Rye {
     }
 }
 
-/// A chain as it was built, with what its session worked it out with,
-/// valid while the listings' watches stay quiet.
-pub(crate) struct ChainMemo {
-    quiet: rye_space::Quiet,
-    chain: Chain,
-    extractors: Arc<rye_space::Extractors>,
-    trust: Arc<rye_integrity::TrustStore>,
-}
+/// A chain as it was built, with the extractors and trust store its
+/// session worked it out with.
+type Built = (
+    Chain,
+    Arc<rye_space::Extractors>,
+    Arc<rye_integrity::TrustStore>,
+);
 
 /// Checks every (child, parent) pair of a chain.
 pub fn validate(elements: &[ChainElement]) -> Result<(), ChainError> {

@@ -25,7 +25,6 @@
 //! the server's current definition has that hash.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rye_mcp_client::{Listed, Transport};
@@ -58,14 +57,6 @@ pub struct Server {
     pub key: String,
 }
 
-/// A server item as read, valid while the listings' watches stay quiet
-/// and for as long as a program found on `PATH` is taken as found.
-pub(crate) struct ServerMemo {
-    quiet: rye_space::Quiet,
-    at: Instant,
-    server: Server,
-}
-
 impl Rye {
     /// The server item `id`, for a tool in `tool_space`: resolved in the
     /// spaces that tool may reach, verified, and read; as last read while
@@ -82,27 +73,20 @@ impl Rye {
         let Some(before) = self.listings.quiet() else {
             return self.read_mcp_server(session, tool_space, id);
         };
-        let key = crate::cache::memo_key(&session.spaces, &[&[tool_space as u8], id.as_bytes()]);
-        let memo = self.servers.lock().expect("server memo lock").get(&key);
-        if let Some(memo) = memo
-            && memo.at.elapsed() < crate::programs::FOUND_FOR
-            && self.listings.still(memo.quiet)
-        {
-            return Ok(memo.server.clone());
-        }
         let at = Instant::now();
-        let server = self.read_mcp_server(session, tool_space, id)?;
-        if self.listings.vouched_since(before) {
-            let memo = ServerMemo {
-                quiet: before,
-                at,
-                server: server.clone(),
-            };
-            self.servers
-                .lock()
-                .expect("server memo lock")
-                .insert(key, Arc::new(memo));
+        let key = crate::cache::memo_key(
+            "mcp server",
+            &session.spaces,
+            &[&[tool_space as u8], id.as_bytes()],
+        );
+        if let Some(kept) = self.memos.get::<Server>(&self.listings, &key)
+            && kept.at.elapsed() < crate::programs::FOUND_FOR
+        {
+            return Ok(kept.value.clone());
         }
+        let server = self.read_mcp_server(session, tool_space, id)?;
+        self.memos
+            .keep(&self.listings, (before, at), key, server.clone());
         Ok(server)
     }
 

@@ -21,10 +21,9 @@ pub struct Rye {
     pub(crate) index: Mutex<Index>,
     pub(crate) listings: Arc<ListingCache>,
     pub(crate) elements: Mutex<ElementCache>,
-    /// Chains as last built, by spaces and tool id.
-    pub(crate) chains: Mutex<Generational<Vec<u8>, Arc<crate::chain::ChainMemo>>>,
-    /// MCP server items as last read, by spaces, tool space and id.
-    pub(crate) servers: Mutex<Generational<Vec<u8>, Arc<crate::mcp::ServerMemo>>>,
+    /// Chains and server items as last worked out, while nothing they
+    /// were worked out from has changed.
+    pub(crate) memos: crate::cache::Memos,
     /// Per project folder: is it the system space's source, is it the
     /// user base.
     projects: Mutex<HashMap<PathBuf, (bool, bool)>>,
@@ -122,8 +121,7 @@ impl Rye {
             index: Mutex::default(),
             listings,
             elements: Mutex::default(),
-            chains: Mutex::new(Generational::new(crate::cache::CHAIN_MEMO_ENTRIES)),
-            servers: Mutex::new(Generational::new(crate::cache::CHAIN_MEMO_ENTRIES)),
+            memos: crate::cache::Memos::default(),
             projects: Mutex::default(),
             extractor_cache: Mutex::default(),
             validator_listings: Mutex::default(),
