@@ -6,6 +6,10 @@ mod common;
 use common::write;
 use rye_host::{ChainError, HostError, Space};
 
+/// A tool at version 1.0.0 run by the system's Python script runtime.
+const SCRIPT_TOOL: &str =
+    "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n";
+
 fn runtime(executor: &str) -> String {
     format!(
         "version: '1.0.0'\ntool_type: runtime\nexecutor_id: {executor}\nconfig:\n  command: echo\n"
@@ -316,11 +320,7 @@ fn a_root_that_is_not_a_primitive_is_refused() {
 fn an_edited_element_is_read_again() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
-    let tool = write(
-        p,
-        ".ai/tools/demo/tool.py",
-        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
-    );
+    let tool = write(p, ".ai/tools/demo/tool.py", SCRIPT_TOOL);
     let rye = common::rye(user.path());
     let before = rye.chain(Some(p), "demo/tool").unwrap();
     std::fs::write(
@@ -346,11 +346,7 @@ fn an_edited_element_is_read_again() {
 fn a_kept_chain_gives_way_to_every_change_of_what_it_was_built_from() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
-    let tool = write(
-        p,
-        ".ai/tools/demo/tool.py",
-        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
-    );
+    let tool = write(p, ".ai/tools/demo/tool.py", SCRIPT_TOOL);
     let rye = common::rye(user.path());
     let first = rye.chain(Some(p), "demo/tool").unwrap();
     let again = rye.chain(Some(p), "demo/tool").unwrap();
@@ -395,11 +391,7 @@ fn a_kept_chain_gives_way_to_every_change_of_what_it_was_built_from() {
 fn a_chain_through_a_link_sees_its_target_change() {
     let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let p = project.path();
-    let target = common::write_unsigned(
-        p,
-        ".ai/shared/tool.py",
-        "__version__ = '1.0.0'\n__executor_id__ = 'rye/core/runtimes/python/script'\n",
-    );
+    let target = common::write_unsigned(p, ".ai/shared/tool.py", SCRIPT_TOOL);
     let link = p.join(".ai/tools/demo/tool.py");
     std::fs::create_dir_all(link.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(&target, &link).unwrap();
