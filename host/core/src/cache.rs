@@ -71,7 +71,7 @@ pub(crate) const VALIDATION_CACHE_ENTRIES: usize = 20_000;
 /// Values worked out from the spaces' files alone (a chain, a server
 /// item), each kept with the listings' token of the moment its work
 /// began, and valid while that token is current: while no watched folder
-/// has reported a change (see [`rye_space::ListingCache::still`]). One
+/// has reported a change (see [`rye_space::Quiet::holds_at`]). One
 /// table, keyed by what was worked out and for which spaces; a value is
 /// kept only if everything it was worked out from was vouched for by a
 /// watch ([`rye_space::ListingCache::vouched_since`]).
@@ -94,15 +94,15 @@ impl Default for Memos {
 }
 
 impl Memos {
-    /// The value kept under `key`, if it is still current.
+    /// The value kept under `key`, if it is still current at `now`.
     pub(crate) fn get<T: Send + Sync + 'static>(
         &self,
-        listings: &ListingCache,
+        now: Quiet,
         key: &Vec<u8>,
     ) -> Option<Arc<Kept<T>>> {
         let kept = self.0.lock().expect("memo lock").get(key)?;
         let kept = kept.downcast::<Kept<T>>().ok()?;
-        listings.still(kept.quiet).then_some(kept)
+        kept.quiet.holds_at(now).then_some(kept)
     }
 
     /// Keeps `value`, worked out since `before` (taken at `at`), under

@@ -143,7 +143,7 @@ impl Rye {
         };
         let at = std::time::Instant::now();
         let key = crate::cache::memo_key("chain", &session.spaces, &[tool_id.as_bytes()]);
-        if let Some(kept) = self.memos.get::<Built>(&self.listings, &key) {
+        if let Some(kept) = self.memos.get::<Built>(before, &key) {
             let (chain, extractors, trust) = &kept.value;
             session.prime(extractors.clone(), trust.clone());
             return Ok(chain.clone());

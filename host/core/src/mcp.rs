@@ -79,7 +79,7 @@ impl Rye {
             &session.spaces,
             &[&[tool_space as u8], id.as_bytes()],
         );
-        if let Some(kept) = self.memos.get::<Server>(&self.listings, &key)
+        if let Some(kept) = self.memos.get::<Server>(before, &key)
             && kept.at.elapsed() < crate::programs::FOUND_FOR
         {
             return Ok(kept.value.clone());

@@ -69,6 +69,15 @@ pub struct Quiet {
     unvouched: u64,
 }
 
+impl Quiet {
+    /// Whether no watched folder has reported a change between this token
+    /// and the later token `now`: what was worked out from listings and
+    /// stamps then still holds.
+    pub fn holds_at(self, now: Quiet) -> bool {
+        now.events == self.events && now.epoch == self.epoch
+    }
+}
+
 /// A tree is a kind's folder listed for a set of extensions.
 type TreeKey = (PathBuf, Vec<String>);
 
@@ -135,13 +144,6 @@ impl ListingCache {
         }
         #[cfg(not(target_os = "linux"))]
         None
-    }
-
-    /// Whether no watched folder has reported a change since `token`: what
-    /// was worked out from listings and stamps then still holds.
-    pub fn still(&self, token: Quiet) -> bool {
-        self.quiet()
-            .is_some_and(|now| now.events == token.events && now.epoch == token.epoch)
     }
 
     /// Whether, since `token`, no watched folder changed and nothing was
