@@ -622,26 +622,44 @@ fn http_sessions_are_capped_expire_and_bad_requests_get_clear_answers() {
     }
 }
 
+/// How rye starts the tool's process.
+#[derive(Clone, Copy, PartialEq)]
+enum Start {
+    /// As this kernel allows: cloned into its cgroup where it has one.
+    Best,
+    /// Cloned, then joining its cgroup itself, as where the kernel
+    /// cannot clone into a cgroup.
+    Joining,
+    /// Forked, as on a kernel without pidfds.
+    Forked,
+}
+
 #[test]
 fn a_tool_and_what_it_detached_die_at_the_timeout() {
-    detached_die_at_the_timeout(None, false);
+    detached_die_at_the_timeout(None, Start::Best);
 }
 
 #[test]
 fn without_cgroups_what_a_tool_detached_dies_at_the_timeout() {
-    detached_die_at_the_timeout(Some("process-group"), false);
+    detached_die_at_the_timeout(Some("process-group"), Start::Best);
+}
+
+/// As where a tool cannot be cloned into its cgroup and moves itself in.
+#[test]
+fn a_tool_joining_its_cgroup_itself_and_what_it_detached_die_at_the_timeout() {
+    detached_die_at_the_timeout(None, Start::Joining);
 }
 
 /// As on a kernel without pidfds, where the host forks to start a tool.
 #[test]
 fn with_the_forking_spawn_what_a_tool_detached_dies_at_the_timeout() {
-    detached_die_at_the_timeout(None, true);
-    detached_die_at_the_timeout(Some("process-group"), true);
+    detached_die_at_the_timeout(None, Start::Forked);
+    detached_die_at_the_timeout(Some("process-group"), Start::Forked);
 }
 
-/// `forced`: the containment expected with cgroups turned off; `fork`:
-/// start the tool as a kernel without pidfds makes rye do.
-fn detached_die_at_the_timeout(forced: Option<&str>, fork: bool) {
+/// `forced`: the containment expected with cgroups turned off; `start`:
+/// how rye is made to start the tool.
+fn detached_die_at_the_timeout(forced: Option<&str>, start: Start) {
     let env = Env::new();
     env.slow_runtime(1);
     let pidfile = env.project.path().join("detached.pid");
@@ -652,8 +670,14 @@ fn detached_die_at_the_timeout(forced: Option<&str>, fork: bool) {
     if forced.is_some() {
         command.env("RYE_NO_CGROUP", "1");
     }
-    if fork {
-        command.env("RYE_NO_PIDFD", "1");
+    match start {
+        Start::Best => {}
+        Start::Joining => {
+            command.env("RYE_NO_CLONE3", "1");
+        }
+        Start::Forked => {
+            command.env("RYE_NO_PIDFD", "1");
+        }
     }
     let out = command
         .args([

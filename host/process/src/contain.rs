@@ -110,9 +110,9 @@ pub fn containment() -> Containment {
 pub(crate) struct Run {
     pub(crate) id: String,
     /// `cgroup.procs` of the run's cgroup, opened for the child to move
-    /// itself in.
+    /// itself in, and the cgroup's folder, for a child cloned into it.
     #[cfg(target_os = "linux")]
-    pub(crate) procs: Option<std::fs::File>,
+    pub(crate) procs: Option<(std::fs::File, std::fs::File)>,
     cgroup: Option<PathBuf>,
     record: Option<PathBuf>,
     pgid: Option<i32>,
@@ -135,10 +135,11 @@ impl Run {
         let contained = state().cgroup_parent.as_ref().and_then(|parent| {
             let dir = parent.join(format!("rye-run-{id}"));
             std::fs::create_dir(&dir).ok()?;
-            match std::fs::OpenOptions::new()
+            let opened = std::fs::OpenOptions::new()
                 .write(true)
                 .open(dir.join("cgroup.procs"))
-            {
+                .and_then(|procs| Ok((procs, std::fs::File::open(&dir)?)));
+            match opened {
                 Ok(procs) => Some((dir, procs)),
                 Err(_) => {
                     let _ = std::fs::remove_dir(&dir);

@@ -334,8 +334,11 @@ impl Started {
         {
             use std::os::fd::AsFd;
             let marker = run.marked().then_some((RUN_MARKER, run.id.as_str()));
-            let procs = run.procs.as_ref().map(|f| f.as_fd());
-            if let Ok(cloned) = spawn::spawn(plan, marker, procs) {
+            let cgroup = run.procs.as_ref().map(|(procs, folder)| spawn::Cgroup {
+                folder: folder.as_fd(),
+                procs: procs.as_fd(),
+            });
+            if let Ok(cloned) = spawn::spawn(plan, marker, cgroup) {
                 return cloned.map(Started::Cloned);
             }
         }
@@ -413,7 +416,7 @@ fn std_spawn(plan: &Plan, run: &contain::Run) -> std::io::Result<tokio::process:
     {
         use std::os::fd::AsRawFd;
         let host = rustix::process::getpid();
-        let procs = run.procs.as_ref().map(|f| f.as_raw_fd());
+        let procs = run.procs.as_ref().map(|(f, _)| f.as_raw_fd());
         // SAFETY: the closure runs in the forked child before it executes
         // the program and makes only async-signal-safe system calls
         // (prctl, getppid, write), allocating nothing. `procs` stays open
