@@ -326,8 +326,14 @@ fn differences<'a>(
 /// holds exactly the manifest's items, as [`sync_known`] needs. `false`,
 /// with nothing cleared or promised, when the manifest names files
 /// outside `.ai/` (their policy may leave out what the build never
-/// looked at).
-pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, SyncError> {
+/// looked at). The folders `spare` names (root-relative, outside the
+/// item folders) stay as they are, and so do the folders above them.
+pub fn clear_to(
+    root: &Path,
+    manifest: &Value,
+    passed: &Passed,
+    spare: &[&str],
+) -> Result<bool, SyncError> {
     if manifest
         .get("files")
         .and_then(Value::as_object)
@@ -335,22 +341,6 @@ pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, 
     {
         return Ok(false);
     }
-    let gone = |path: &Path| -> Result<(), SyncError> {
-        let meta = match std::fs::symlink_metadata(path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(SyncError::io(path, e)),
-        };
-        let removed = if meta.is_dir() {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
-        };
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SyncError::io(path, e)),
-            _ => Ok(()),
-        }
-    };
     let entered: BTreeSet<&str> = passed.folders.iter().map(String::as_str).collect();
     for (folder, keep) in [(root.to_owned(), ".ai"), (root.join(".ai"), "")] {
         let entries = match std::fs::read_dir(&folder) {
@@ -367,7 +357,12 @@ pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, 
                 None => false,
             };
             if !stays {
-                gone(&entry.path())?;
+                let inside = match name.to_str() {
+                    Some(name) if keep.is_empty() => format!(".ai/{name}"),
+                    Some(name) => name.to_owned(),
+                    None => String::new(),
+                };
+                remove_but(&entry.path(), &inside, spare)?;
             }
         }
     }
@@ -385,6 +380,52 @@ pub fn clear_to(root: &Path, manifest: &Value, passed: &Passed) -> Result<bool, 
         }
     }
     Ok(true)
+}
+
+/// Removes `path` (a file, link or folder; nothing when it is not
+/// there).
+fn gone(path: &Path) -> Result<(), SyncError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(SyncError::io(path, e)),
+    };
+    let removed = if meta.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SyncError::io(path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Removes `path`, which is `relative` under some root, but for the
+/// folders of `spare` (relative to the same root): a folder above one
+/// of them keeps it and loses everything else. A link is removed, never
+/// entered, even where a spared folder would be.
+pub fn remove_but(path: &Path, relative: &str, spare: &[&str]) -> Result<(), SyncError> {
+    let is_folder = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    if is_folder && spare.contains(&relative) {
+        return Ok(());
+    }
+    let above = |s: &&str| {
+        s.strip_prefix(relative)
+            .is_some_and(|rest| rest.starts_with('/'))
+    };
+    if relative.is_empty() || !is_folder || !spare.iter().any(above) {
+        return gone(path);
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| SyncError::io(path, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| SyncError::io(path, e))?;
+        match entry.file_name().to_str() {
+            Some(name) => remove_but(&entry.path(), &format!("{relative}/{name}"), spare)?,
+            None => gone(&entry.path())?,
+        }
+    }
+    Ok(())
 }
 
 fn failed(target: &Path, path: &str, e: std::io::Error) -> SyncError {

@@ -308,7 +308,7 @@ async fn a_folder_cleared_to_its_manifest_is_brought_to_the_next_by_the_differen
     .await
     .unwrap();
     assert!(
-        clear_to(&root, &read.manifest, &read.passed).unwrap(),
+        clear_to(&root, &read.manifest, &read.passed, &[]).unwrap(),
         "items only"
     );
     let holds = &read.manifest;
@@ -369,6 +369,56 @@ async fn a_folder_cleared_to_its_manifest_is_brought_to_the_next_by_the_differen
     assert_eq!((again.written, again.removed), (0, 0), "{again:?}");
 }
 
+/// Folders a clearing spares keep what they hold, and their folders
+/// keep nothing else; a link standing where a spared folder would be is
+/// removed, and what it points at is left alone.
+#[tokio::test]
+async fn a_cleared_folder_keeps_the_folders_it_spares_and_nothing_beside_them() {
+    let f = fixture();
+    let store = f.project.path();
+    std::fs::remove_file(store.join(".ai/config/cas/manifest.yaml")).unwrap();
+    std::fs::remove_dir_all(store.join("docs")).unwrap();
+    let first = built(&f).await;
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("project");
+    sync(&f.cas, &first.manifest, &root, None).await.unwrap();
+    let write = |rel: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, rel).unwrap();
+    };
+    write(".ai/state/threads/registry.db");
+    write(".ai/state/threads/deep/start.json");
+    write(".ai/state/notes.md");
+    write(".ai/state/objects-not/x");
+    write(".ai/other/y");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("kept.txt"), "theirs").unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join(".ai/state/objects")).unwrap();
+    let spare = [".ai/state/threads", ".ai/state/objects"];
+
+    assert!(clear_to(&root, &first.manifest, &first.passed, &spare).unwrap());
+    let left: Vec<String> = everything(&root)
+        .into_iter()
+        .filter(|p| p.starts_with(".ai/state") || p.starts_with(".ai/other"))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ".ai/state/",
+            ".ai/state/threads/",
+            ".ai/state/threads/deep/",
+            ".ai/state/threads/deep/start.json=.ai/state/threads/deep/start.json",
+            ".ai/state/threads/registry.db=.ai/state/threads/registry.db",
+        ]
+    );
+    assert_eq!(listing(outside.path()), ["kept.txt=theirs"]);
+
+    // Spared nothing, the same clearing takes the run's state whole.
+    assert!(clear_to(&root, &first.manifest, &first.passed, &[]).unwrap());
+    assert!(!root.join(".ai/state").exists());
+}
+
 /// A manifest naming files outside `.ai/` leaves the folder as it is
 /// and promises nothing.
 #[tokio::test]
@@ -380,7 +430,7 @@ async fn a_folder_with_files_outside_its_item_folders_is_not_cleared() {
         .await
         .unwrap();
     std::fs::write(target.path().join("stray.txt"), "stays\n").unwrap();
-    assert!(!clear_to(target.path(), &first.manifest, &first.passed).unwrap());
+    assert!(!clear_to(target.path(), &first.manifest, &first.passed, &[]).unwrap());
     assert!(target.path().join("stray.txt").exists());
 }
 
