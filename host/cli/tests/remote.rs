@@ -552,16 +552,23 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
         ],
         "{ran:#}"
     );
-    // The run's own records never count as its outputs, nor do they
-    // linger on the node: the workspace kept for the next run (cleared
-    // once the run is read back, which may follow the answer) holds the
-    // project's files and nothing of the run's state or home.
+    // The run's own records never count as its outputs, and nothing
+    // else of the run lingers on the node: the workspace kept for the
+    // next run (cleared once the run is read back, which may follow the
+    // answer) holds the project's files and, beside them, only the
+    // records of the host kept there for the project's runs.
     assert!(!paths.iter().any(|p| p.starts_with(".ai/state/threads")));
     let executions = env.root.path().join("node/executions");
     let deadline = Instant::now() + Duration::from_secs(30);
+    let lingers = |p: &String| {
+        (p.contains("/project/.ai/state/")
+            && !p.contains("/project/.ai/state/threads/")
+            && !p.contains("/project/.ai/state/objects/"))
+            || p.contains("/home/")
+    };
     let kept = loop {
         let kept = files_under(&executions);
-        if !kept.iter().any(|p| p.contains("/project/.ai/state/")) || Instant::now() > deadline {
+        if !kept.iter().any(lingers) || Instant::now() > deadline {
             break kept;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -571,12 +578,7 @@ fn a_run_on_the_node_folds_its_state_back_and_pull_brings_it_home() {
             .any(|p| p.ends_with("/project/.ai/knowledge/notes/a.md")),
         "{kept:?}"
     );
-    assert!(
-        !kept
-            .iter()
-            .any(|p| p.contains("/project/.ai/state/") || p.contains("/home/")),
-        "{kept:?}"
-    );
+    assert!(!kept.iter().any(lingers), "{kept:?}");
     assert_eq!(ran["workspace"]["written"], 3, "{ran:#}");
 
     let history = env.ok(&["remote", "history"]);
@@ -1720,6 +1722,134 @@ fn a_run_gets_its_secrets_in_its_environment_and_nowhere_else() {
         &[("LD_PRELOAD", "x")],
     );
     assert!(!reserved.status.success());
+}
+
+/// The `rye serve` processes a node keeps in its workspaces under
+/// `executions`, and the pids of processes whose arguments are `args`.
+fn processes(matching: impl Fn(&[String]) -> bool) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'))
+        });
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !zombie && matching(&args) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The node keeps a `rye serve` in a project's workspace for the
+/// project's runs. A run past the node's timeout and a run that kills
+/// that host each end in an error saying so, leave none of their
+/// processes behind, and the next run is served by a new host; a run's
+/// secrets never reach a later run that was not given them.
+#[test]
+fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_their_run() {
+    let env = env_on(Shared::chosen, &["--timeout", "3"]);
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let executions = env.root.path().join("node/executions");
+    let executions = executions.to_str().unwrap().to_owned();
+    let hosts = || {
+        processes(|args| {
+            args.iter().any(|a| a == "serve") && args.iter().any(|a| a.starts_with(&executions))
+        })
+    };
+    let gone_within = |pids: &[u32], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pids.iter().any(|pid| processes(|_| true).contains(pid)) {
+            assert!(Instant::now() < deadline, "{what} still runs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let run = |command: &str| {
+        env.remote(&[
+            "execute",
+            "tool",
+            "demo/shell",
+            "--no-push",
+            "--no-pull",
+            "--params",
+            &shell(command),
+        ])
+    };
+
+    let first = run("echo one");
+    assert_eq!(first["result"]["data"]["stdout"], "one\n", "{first:#}");
+    let host = hosts();
+    assert_eq!(host.len(), 1, "one host for the project: {host:?}");
+    let second = run("echo two");
+    assert_eq!(second["result"]["data"]["stdout"], "two\n", "{second:#}");
+    assert_eq!(hosts(), host, "the second run went to the same host");
+
+    // Past the timeout: an error within it and a margin, the host and
+    // the tool's processes killed.
+    let started = Instant::now();
+    let late = run("sleep 987");
+    let took = started.elapsed();
+    assert!(late.to_string().contains("timed out"), "{late:#}");
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    gone_within(&host, "the timed-out host");
+    let sleeper =
+        |args: &[String]| args.len() == 2 && args[0].ends_with("sleep") && args[1] == "987";
+    assert_eq!(
+        processes(sleeper),
+        Vec::<u32>::new(),
+        "the tool's process was left"
+    );
+    let after = run("echo three");
+    assert_eq!(after["result"]["data"]["stdout"], "three\n", "{after:#}");
+    let host = hosts();
+    assert_eq!(host.len(), 1, "{host:?}");
+
+    // A run that kills its host with SIGKILL.
+    let killed = run(&format!("kill -9 {}; sleep 5", host[0]));
+    assert!(
+        killed.to_string().contains("without a result"),
+        "{killed:#}"
+    );
+    gone_within(&host, "the killed host");
+    let after = run("echo four");
+    assert_eq!(after["result"]["data"]["stdout"], "four\n", "{after:#}");
+
+    // A secret given to one run is not in the next run's environment.
+    let mut given = env.command(&[
+        "remote",
+        "execute",
+        "tool",
+        "demo/shell",
+        "--no-push",
+        "--no-pull",
+        "--secret",
+        "API_TOKEN",
+        "--params",
+        &shell("echo \"token=$API_TOKEN.\""),
+    ]);
+    given.env("API_TOKEN", "tok-given-77");
+    let given: Value = serde_json::from_slice(&given.output().unwrap().stdout).unwrap();
+    assert_eq!(
+        given["result"]["data"]["stdout"], "token=tok-given-77.\n",
+        "{given:#}"
+    );
+    let without = run("echo \"token=$API_TOKEN.\"");
+    assert_eq!(
+        without["result"]["data"]["stdout"], "token=.\n",
+        "{without:#}"
+    );
 }
 
 /// `rye node doctor` checks what a node stands on: healthy on the node's

@@ -1,11 +1,19 @@
 //! Running an item on the node: a workspace holding exactly the
 //! snapshot's files (kept from run to run of a project and brought to
-//! each run's snapshot by what differs), a `rye execute` of the item in
-//! it under the
-//! spawner's containment (the node's own program, as a process of its
-//! own: a run that crashes or hangs takes nothing of the node with it),
-//! and what the run left under `.ai/state/` and `.ai/knowledge/state/`
-//! gathered as its outputs.
+//! each run's snapshot by what differs), an `execute` of the item in it
+//! by a `rye serve` started there under the spawner's containment (the
+//! node's own program, as a process of its own: a run that crashes or
+//! hangs takes nothing of the node with it, and its whole process group
+//! goes with it), and what the run left under `.ai/state/` and
+//! `.ai/knowledge/state/` gathered as its outputs.
+//!
+//! The `rye serve` stays with its workspace for the project's next runs
+//! (a [`Worker`]), so a run costs an MCP call rather than a process
+//! start, a host's start and its caches filled again. It is started
+//! anew whenever what it was started with changes (the environment, the
+//! run's secrets, the caller's key), after it failed, timed out or went
+//! quiet for [`WORKER_IDLE`], and after [`WORKER_RUNS`] runs; its own
+//! records (its thread registry and store) are cleared with it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,6 +36,12 @@ pub const OUTPUT_FOLDERS: [&str; 2] = [".ai/state", ".ai/knowledge/state"];
 /// What the inner host keeps for itself under `.ai/state/`: its thread
 /// registry and store, which are no output of the run.
 const OWN_STATE: [&str; 2] = [".ai/state/threads", ".ai/state/objects"];
+/// How many runs one worker serves before it is started anew with its
+/// records cleared (they grow with every run).
+pub const WORKER_RUNS: u32 = 256;
+/// How long a worker of a free workspace may wait for its project's
+/// next run.
+pub const WORKER_IDLE: Duration = Duration::from_secs(300);
 /// Output files larger than this are left out (and reported).
 pub const MAX_OUTPUT_FILE: u64 = 64 * 1024 * 1024;
 
@@ -51,8 +65,28 @@ pub enum RunError {
     Spawn(String),
     #[error("the run timed out after {0:?}")]
     TimedOut(Duration),
-    #[error("the run ended without a result (exit {code:?}): {stderr}")]
-    NoResult { code: Option<i32>, stderr: String },
+    #[error("the run ended without a result: {0}")]
+    Lost(String),
+}
+
+/// A `rye serve` kept in a workspace for its project's runs.
+pub struct Worker {
+    session: rye_mcp_client::Connection,
+    /// What it was started with, and the caller's key it trusts: a run
+    /// that differs in either gets a worker of its own.
+    plan: rye_process::Plan,
+    key: Vec<u8>,
+    runs: u32,
+    idle_since: std::time::Instant,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("pid", &self.session.pid())
+            .field("runs", &self.runs)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The folders runs happen in, kept from run to run per principal and
@@ -192,6 +226,7 @@ impl Workspaces {
             user_stamps: None,
             holds: None,
             used: false,
+            worker: None,
         }
     }
 
@@ -211,6 +246,35 @@ impl Workspaces {
     pub fn free(&self) -> usize {
         self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+
+    /// Ends the workers of free workspaces that have waited `idle` or
+    /// longer for a run; how many it ended. The workspaces stay.
+    pub fn end_idle_workers(&self, idle: Duration) -> usize {
+        let ended: Vec<Worker> = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.iter_mut()
+                .filter(|w| {
+                    w.worker
+                        .as_ref()
+                        .is_some_and(|worker| worker.idle_since.elapsed() >= idle)
+                })
+                .filter_map(|w| w.worker.take())
+                .collect()
+        };
+        // Killed outside the lock; their records are cleared when their
+        // workspace is next prepared.
+        ended.len()
+    }
+
+    /// How many free workspaces hold a worker.
+    pub fn workers(&self) -> usize {
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|w| w.worker.is_some())
+            .count()
+    }
 }
 
 /// One run's folder: `project/` and `user/` as the snapshot has them, an
@@ -228,6 +292,8 @@ pub struct Workspace {
     holds: Option<Arc<Value>>,
     /// Whether a run has used it.
     used: bool,
+    /// The `rye serve` its runs go to, while one is kept.
+    worker: Option<Worker>,
 }
 
 impl Workspace {
@@ -257,6 +323,14 @@ impl Workspace {
         project: &Value,
         user: Option<&Value>,
     ) -> Result<Synced, SyncError> {
+        if self.holds.is_none() {
+            // A full sync clears whatever the manifest does not name,
+            // the worker's records with the rest.
+            self.worker = None;
+        }
+        if self.worker.is_none() {
+            remove_state(&self.project(), &[])?;
+        }
         let (done, stamps) = match (self.holds.take(), self.project_stamps.take()) {
             (Some(holds), Some(stamps)) => {
                 materialize::sync_known(cas, project, &self.project(), &holds, stamps).await?
@@ -316,26 +390,39 @@ impl Workspace {
     ) -> Result<(), SyncError> {
         self.used = true;
         self.project_stamps = Some(stamps);
-        self.holds = materialize::clear_to(&self.project(), &manifest, passed)?.then_some(manifest);
-        let state = self.project().join(".ai/state");
-        match std::fs::remove_dir_all(&state) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(SyncError::Io {
-                    path: state.display().to_string(),
-                    source: e,
-                });
-            }
+        // A live worker keeps its own records; nothing else of the run
+        // stays.
+        let spare: &[&str] = if self.worker.is_some() {
+            &OWN_STATE
+        } else {
+            &[]
+        };
+        self.holds =
+            materialize::clear_to(&self.project(), &manifest, passed, spare)?.then_some(manifest);
+        remove_state(&self.project(), spare)?;
+        if let Some(worker) = &mut self.worker {
+            worker.idle_since = std::time::Instant::now();
         }
         empty_folder(&self.home())
+    }
+
+    /// Whether a worker is kept here.
+    pub fn has_worker(&self) -> bool {
+        self.worker.is_some()
     }
 }
 
 impl Drop for Workspace {
     fn drop(&mut self) {
+        // The worker's processes end before their folder goes.
+        drop(self.worker.take());
         let _ = std::fs::remove_dir_all(&self.root);
     }
+}
+
+/// Removes `project`'s `.ai/state/` but for the folders of `spare`.
+fn remove_state(project: &Path, spare: &[&str]) -> Result<(), SyncError> {
+    materialize::remove_but(&project.join(".ai/state"), ".ai/state", spare)
 }
 
 /// Makes `folder` an empty folder.
@@ -356,72 +443,113 @@ impl Runner {
     /// Runs `kind` `id` with `parameters` in `space`, trusting the key in
     /// the PEM file `trusted_key` besides the spaces' own, with `secrets`
     /// in its environment (names a run may take only); the engine's
-    /// result.
+    /// result. The run goes to the workspace's worker, started first when
+    /// it has none fit for this run; the whole run, a start included, is
+    /// held to the runner's timeout.
     pub async fn run(
         &self,
-        space: &Workspace,
+        space: &mut Workspace,
         kind: &str,
         id: &str,
         parameters: &Value,
         trusted_key: &Path,
         secrets: &std::collections::BTreeMap<String, String>,
     ) -> Result<Value, RunError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let plan = self.plan(space, trusted_key, secrets);
+        let key = std::fs::read(trusted_key).map_err(|e| RunError::Spawn(e.to_string()))?;
+        let fit = space.worker.as_ref().is_some_and(|w| {
+            w.plan == plan && w.key == key && w.runs < WORKER_RUNS && w.session.is_open()
+        });
+        if !fit {
+            if let Some(old) = space.worker.take() {
+                // Its records go with it: the next one starts clean.
+                drop(old);
+                remove_state(&space.project(), &[]).map_err(|e| RunError::Spawn(e.to_string()))?;
+            }
+            let session = rye_mcp_client::Connection::open(
+                "the run's host",
+                &rye_mcp_client::Transport::Stdio(plan.clone()),
+                self.timeout,
+            )
+            .await
+            .map_err(|e| match e {
+                rye_mcp_client::McpError::StartupTimeout { .. } => RunError::TimedOut(self.timeout),
+                e => RunError::Spawn(e.to_string()),
+            })?;
+            space.worker = Some(Worker {
+                session,
+                plan,
+                key,
+                runs: 0,
+                idle_since: std::time::Instant::now(),
+            });
+        }
+        let project = space.project().to_string_lossy().into_owned();
+        let worker = space.worker.as_mut().expect("a worker was just made");
+        worker.runs += 1;
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("item_type".into(), Value::from(kind));
+        arguments.insert("item_id".into(), Value::from(id));
+        arguments.insert("project_path".into(), Value::from(project));
+        arguments.insert("parameters".into(), parameters.clone());
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let called = worker.session.call("execute", arguments, left).await;
+        match called {
+            Ok(outcome) => match outcome.structured {
+                Some(result) if result.is_object() => Ok(result),
+                _ => {
+                    space.worker = None;
+                    Err(RunError::Lost(format!(
+                        "its answer held no result document: {}",
+                        outcome.text.chars().take(2000).collect::<String>()
+                    )))
+                }
+            },
+            Err(e) => {
+                // Whatever went wrong, the worker is not trusted again:
+                // ending it kills everything the run started.
+                space.worker = None;
+                match e {
+                    rye_mcp_client::McpError::Timeout { .. } => {
+                        Err(RunError::TimedOut(self.timeout))
+                    }
+                    e => Err(RunError::Lost(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// How a worker for runs in `space` is started: `rye serve` in its
+    /// project, trusting `trusted_key`, with the runner's environment,
+    /// the run's `secrets` and the workspace's own home, user space and
+    /// (empty) signing-key folder, and nothing else.
+    fn plan(
+        &self,
+        space: &Workspace,
+        trusted_key: &Path,
+        secrets: &std::collections::BTreeMap<String, String>,
+    ) -> rye_process::Plan {
         let text = |p: PathBuf| p.to_string_lossy().into_owned();
         let mut plan = rye_process::Plan::new(text(self.program.clone()))
-            .arg("--json")
             .arg("--project")
             .arg(text(space.project()))
             .arg("--trusted-key")
             .arg(text(trusted_key.to_owned()))
-            .arg("execute")
-            .arg(kind)
-            .arg(id)
-            .arg("--params-file")
-            .arg("-")
-            .cwd(space.project())
-            .stdin(parameters.to_string().into_bytes())
-            .timeout(self.timeout);
+            .arg("serve")
+            .cwd(space.project());
         for (name, value) in &self.env {
             plan = plan.env(name, value);
         }
         for (name, value) in secrets {
             plan = plan.env(name, value);
         }
-        plan = plan
-            .env("HOME", text(space.home()))
+        plan.env("HOME", text(space.home()))
             .env("USER_SPACE", text(space.user()))
             .env(
                 "RYE_SIGNING_KEY_DIR",
                 text(space.root.join("home/no-signing-key")),
-            );
-        let capture = rye_process::Capture::default();
-        let outcome = rye_process::run(&plan, &capture)
-            .await
-            .map_err(|e| RunError::Spawn(e.to_string()))?;
-        if outcome.timed_out {
-            return Err(RunError::TimedOut(self.timeout));
-        }
-        match (
-            outcome.code,
-            serde_json::from_slice::<Value>(&outcome.stdout),
-        ) {
-            (Some(0 | 1), Ok(result)) if result.is_object() => Ok(result),
-            (code, _) => {
-                let stderr = String::from_utf8_lossy(&outcome.stderr);
-                let tail: String = stderr
-                    .chars()
-                    .rev()
-                    .take(2000)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                Err(RunError::NoResult {
-                    code,
-                    stderr: tail.trim().to_owned(),
-                })
-            }
-        }
+            )
     }
 }
 

@@ -183,6 +183,21 @@ impl Drop for Slot {
 /// Renews the leases of the runs this replica holds, four times a lease,
 /// and marks interrupted the runs whose replica let theirs run out; ends
 /// with the node.
+/// Ends the workers of workspaces no run has wanted for
+/// [`crate::run::WORKER_IDLE`], looking a few times as often.
+async fn end_idle_workers(node: std::sync::Weak<Node>) {
+    loop {
+        tokio::time::sleep(crate::run::WORKER_IDLE / 4).await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let ended = node.workspaces.end_idle_workers(crate::run::WORKER_IDLE);
+        if ended > 0 {
+            tracing::debug!("{ended} idle run hosts ended");
+        }
+    }
+}
+
 async fn keep_leases(node: std::sync::Weak<Node>) {
     loop {
         let Some(every) = node.upgrade().map(|n| n.settings.lease / 4) else {
@@ -493,6 +508,7 @@ impl Node {
             rate_limit,
         });
         tokio::spawn(keep_leases(Arc::downgrade(&node)));
+        tokio::spawn(end_idle_workers(Arc::downgrade(&node)));
         tokio::spawn(jobs::keep_claiming(Arc::downgrade(&node)));
         if let Some(every) = node.settings.gc.every {
             tokio::spawn(gc::keep_collecting(Arc::downgrade(&node), every));
@@ -2542,7 +2558,7 @@ async fn run_job(node: &Node, job: &Job) -> Result<(Value, Option<Later>), Faile
         .settings
         .runner
         .run(
-            &space,
+            &mut space,
             &job.kind,
             &job.id,
             &job.parameters,

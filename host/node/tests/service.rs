@@ -1831,23 +1831,43 @@ async fn ended(client: &Client, thread: &str, deadline: std::time::Instant) -> V
     }
 }
 
-/// A stand-in for `rye` that logs when it starts and ends (with the
+/// Writes at `script` a stand-in for the `rye serve` a node keeps in a
+/// workspace: it speaks just enough MCP over stdio (it answers
+/// `initialize` and every `tools/call`), runs the shell commands `work`
+/// in the workspace for each call and answers success.
+fn stand_in(script: &Path, work: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    const TEMPLATE: &str = r#"#!/bin/sh
+field() { printf '%s' "$line" | sed -n "s/.*\"$1\":$2.*/\1/p"; }
+while IFS= read -r line; do
+  id=$(field id '\([0-9][0-9]*\)')
+  case "$line" in
+    *'"method":"initialize"'*)
+      version=$(field protocolVersion '"\([^"]*\)"')
+      echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"$version\",\"capabilities\":{\"tools\":{}},\"serverInfo\":{\"name\":\"stand-in\",\"version\":\"0\"}}}" ;;
+    *'"method":"tools/call"'*)
+      ( WORK ) < /dev/null > /dev/null
+      echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"content\":[],\"structuredContent\":{\"status\":\"success\",\"data\":{}}}}" ;;
+  esac
+done
+"#;
+    std::fs::write(script, TEMPLATE.replace("WORK", work)).unwrap();
+    std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A stand-in for `rye serve` that logs when each run starts and ends (with the
 /// replica's name from its environment), sleeps `seconds` and answers
 /// success.
 fn logging_runner(dir: &Path, replica: &str, seconds: f64) -> Runner {
-    use std::os::unix::fs::PermissionsExt as _;
     let log = dir.join("runs.log");
     let script = dir.join("logging-rye");
-    std::fs::write(
+    stand_in(
         &script,
-        format!(
-            "#!/bin/sh\ncat > /dev/null\necho \"$REPLICA start\" >> {log}\nsleep {seconds}\n\
-             echo \"$REPLICA end\" >> {log}\necho '{{\"status\": \"success\", \"data\": {{}}}}'\n",
+        &format!(
+            "echo \"$REPLICA start\" >> {log}; sleep {seconds}; echo \"$REPLICA end\" >> {log}",
             log = log.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     Runner {
         program: script,
         env: vec![
@@ -2019,19 +2039,15 @@ async fn an_execute_with_a_bad_field_is_refused_and_queues_nothing() {
     }
 }
 
-/// A stand-in for `rye` whose every run leaves a note of its own under
+/// A stand-in for `rye serve` whose every run leaves a note of its own under
 /// `.ai/knowledge/state/`, so that each run folds a change back.
 fn noting_runner(dir: &Path) -> Runner {
-    use std::os::unix::fs::PermissionsExt as _;
     let script = dir.join("noting-rye");
-    std::fs::write(
+    stand_in(
         &script,
-        "#!/bin/sh\ncat > /dev/null\nmkdir -p .ai/knowledge/state\n\
-         n=\"$(date +%s%N)-$$\"\necho \"# run $n\" > .ai/knowledge/state/run-$n.md\n\
-         echo '{\"status\": \"success\", \"data\": {}}'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        "mkdir -p .ai/knowledge/state; n=\"$(date +%s%N)-$$\"; \
+         echo \"# run $n\" > .ai/knowledge/state/run-$n.md",
+    );
     Runner {
         program: script,
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
