@@ -99,8 +99,21 @@ mod linux {
             Some(watch)
         }
 
-        /// What was seen since the watch began.
+        /// What was seen since the watch began. The watch ends off the
+        /// caller's path: closing an inotify instance waits out an SRCU
+        /// grace period, up to tens of milliseconds.
         pub fn seen(self) -> Seen {
+            let seen = self.read();
+            let Watch { fd, .. } = self;
+            // Were no thread to be had, the closure and its descriptor
+            // are dropped here instead.
+            let _ = std::thread::Builder::new()
+                .name("rye-unwatch".into())
+                .spawn(move || drop(fd));
+            seen
+        }
+
+        fn read(&self) -> Seen {
             let mut buf = vec![MaybeUninit::<u8>::uninit(); 64 * 1024];
             let mut reader = inotify::Reader::new(&self.fd, &mut buf);
             let mut paths = BTreeSet::new();
