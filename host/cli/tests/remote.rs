@@ -241,16 +241,10 @@ impl Env {
     /// The shell tool run on the node as its head has the project,
     /// nothing pushed or pulled.
     fn on_node(&self, command: &str) -> Value {
-        self.ok(&[
-            "remote",
-            "execute",
-            "tool",
-            "demo/shell",
-            "--no-push",
-            "--no-pull",
-            "--params",
-            &shell(command),
-        ])
+        let params = shell(command);
+        let mut args = vec!["remote"];
+        args.extend(on_node_args(&params));
+        self.ok(&args)
     }
 
     fn write(&self, rel: &str, text: &str) {
@@ -353,6 +347,20 @@ fn env_on(shared: impl FnOnce(&Path) -> Shared, extra: &[&str]) -> Env {
 
 fn shell(command: &str) -> String {
     json!({"command": command}).to_string()
+}
+
+/// `rye remote` arguments running the shell tool with `params` on the
+/// node as its head has the project, nothing pushed or pulled.
+fn on_node_args(params: &str) -> [&str; 7] {
+    [
+        "execute",
+        "tool",
+        "demo/shell",
+        "--no-push",
+        "--no-pull",
+        "--params",
+        params,
+    ]
 }
 
 #[test]
@@ -1755,8 +1763,9 @@ fn processes(matching: impl Fn(&[String]) -> bool) -> Vec<u32> {
 /// The node keeps a `rye serve` in a project's workspace for the
 /// project's runs. A run past the node's timeout and a run that kills
 /// that host each end in an error saying so, leave none of their
-/// processes behind, and the next run is served by a new host; a run's
-/// secrets never reach a later run that was not given them.
+/// processes behind, and the next run is served by a new host; a run
+/// given secrets has a host of its own that ends with it, so they never
+/// outlive it nor reach a later run.
 #[test]
 fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_their_run() {
     let env = env_on(Shared::chosen, &["--timeout", "3"]);
@@ -1776,17 +1785,7 @@ fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_thei
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let run = |command: &str| {
-        env.remote(&[
-            "execute",
-            "tool",
-            "demo/shell",
-            "--no-push",
-            "--no-pull",
-            "--params",
-            &shell(command),
-        ])
-    };
+    let run = |command: &str| env.remote(&on_node_args(&shell(command)));
 
     let first = run("echo one");
     assert_eq!(first["result"]["data"]["stdout"], "one\n", "{first:#}");
@@ -1845,6 +1844,10 @@ fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_thei
         given["result"]["data"]["stdout"], "token=tok-given-77.\n",
         "{given:#}"
     );
+    // The host that held the secret ended with its run: no process of
+    // the node's user can read it from an idle host's environment.
+    let holding = |args: &[String]| args.iter().any(|a| a.starts_with(&executions));
+    gone_within(&processes(holding), "a host that was given a secret");
     let without = run("echo \"token=$API_TOKEN.\"");
     assert_eq!(
         without["result"]["data"]["stdout"], "token=.\n",

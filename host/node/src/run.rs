@@ -11,9 +11,11 @@
 //! (a [`Worker`]), so a run costs an MCP call rather than a process
 //! start, a host's start and its caches filled again. It is started
 //! anew whenever what it was started with changes (the environment, the
-//! run's secrets, the caller's key), after it failed, timed out or went
-//! quiet for [`WORKER_IDLE`], and after [`WORKER_RUNS`] runs; its own
-//! records (its thread registry and store) are cleared with it.
+//! caller's key), after it failed, timed out or went quiet for
+//! [`WORKER_IDLE`], and after [`WORKER_RUNS`] runs; its own records (its
+//! thread registry and store) are cleared with it. A run given secrets
+//! gets a host of its own, ended with the run: secrets live in a
+//! process's environment no longer than the run that needs them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -495,6 +497,11 @@ impl Runner {
         arguments.insert("parameters".into(), parameters.clone());
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let called = worker.session.call("execute", arguments, left).await;
+        if !secrets.is_empty() {
+            // A host holding secrets in its environment is not kept: while
+            // it lived, any process of the node's user could read them.
+            space.worker = None;
+        }
         match called {
             Ok(outcome) => match outcome.structured {
                 Some(result) if result.is_object() => Ok(result),
