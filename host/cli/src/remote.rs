@@ -34,6 +34,11 @@ pub enum NodeAction {
         /// Seconds a run may take before it is killed.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Seconds the `rye serve` kept in a project's workspace may wait
+        /// for the project's next run (each costs a process's memory
+        /// meanwhile); 0 keeps none, so every run starts its own.
+        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+        keep_run_hosts: u64,
         /// The largest request body, in bytes.
         #[arg(long, default_value_t = 50 << 20)]
         max_request_bytes: usize,
@@ -152,6 +157,7 @@ impl NodeStores {
             program: PathBuf::new(),
             env: Vec::new(),
             timeout: Duration::from_secs(1),
+            keep_hosts: Duration::ZERO,
         })
     }
 }
@@ -451,6 +457,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
             name,
             max_concurrent,
             timeout,
+            keep_run_hosts,
             max_request_bytes,
             lease,
             rate_limit,
@@ -476,6 +483,7 @@ pub fn node(action: NodeAction, cx: &Settings<'_>, out: &mut impl Write) -> anyh
                 program: std::env::current_exe().context("this program's path")?,
                 env,
                 timeout: Duration::from_secs(timeout.max(1)),
+                keep_hosts: Duration::from_secs(keep_run_hosts),
             };
             let mut settings = stores.settings(runner)?;
             settings.name = name;

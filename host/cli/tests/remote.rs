@@ -1855,6 +1855,30 @@ fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_thei
     );
 }
 
+/// A node told to keep no run hosts (`--keep-run-hosts 0`) starts one
+/// for each run and leaves none behind it.
+#[test]
+fn a_node_keeping_no_run_hosts_leaves_none_after_a_run() {
+    let env = env_on(Shared::chosen, &["--keep-run-hosts", "0"]);
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let executions = env.root.path().join("node/executions");
+    let executions = executions.to_str().unwrap().to_owned();
+    for word in ["one", "two"] {
+        let ran = env.on_node(&format!("echo {word}"));
+        assert_eq!(
+            ran["result"]["data"]["stdout"],
+            format!("{word}\n"),
+            "{ran:#}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !processes(|args| args.iter().any(|a| a.starts_with(&executions))).is_empty() {
+            assert!(Instant::now() < deadline, "a run host outlived its run");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// `rye node doctor` checks what a node stands on: healthy on the node's
 /// own stores (whichever this suite runs on), and naming what fails on a
 /// database it cannot reach.

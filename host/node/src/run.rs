@@ -12,7 +12,7 @@
 //! start, a host's start and its caches filled again. It is started
 //! anew whenever what it was started with changes (the environment, the
 //! caller's key), after it failed, timed out or went quiet for
-//! [`WORKER_IDLE`], and after [`WORKER_RUNS`] runs; its own records (its
+//! [`Runner::keep_hosts`], and after [`WORKER_RUNS`] runs; its own records (its
 //! thread registry and store) are cleared with it. A run given secrets
 //! gets a host of its own, ended with the run: secrets live in a
 //! process's environment no longer than the run that needs them.
@@ -42,7 +42,7 @@ const OWN_STATE: [&str; 2] = [".ai/state/threads", ".ai/state/objects"];
 /// records cleared (they grow with every run).
 pub const WORKER_RUNS: u32 = 256;
 /// How long a worker of a free workspace may wait for its project's
-/// next run.
+/// next run, unless the runner says otherwise.
 pub const WORKER_IDLE: Duration = Duration::from_secs(300);
 /// Output files larger than this are left out (and reported).
 pub const MAX_OUTPUT_FILE: u64 = 64 * 1024 * 1024;
@@ -58,6 +58,10 @@ pub struct Runner {
     pub env: Vec<(String, String)>,
     /// How long a run may take before it and all it started are killed.
     pub timeout: Duration,
+    /// How long a workspace's `rye serve` may wait for its project's next
+    /// run ([`WORKER_IDLE`] by default); zero keeps none, so every run
+    /// starts one of its own.
+    pub keep_hosts: Duration,
 }
 
 /// Why a run produced no result.
@@ -497,7 +501,7 @@ impl Runner {
         arguments.insert("parameters".into(), parameters.clone());
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let called = worker.session.call("execute", arguments, left).await;
-        if !secrets.is_empty() {
+        if !secrets.is_empty() || self.keep_hosts.is_zero() {
             // A host holding secrets in its environment is not kept: while
             // it lived, any process of the node's user could read them.
             space.worker = None;

@@ -183,15 +183,22 @@ impl Drop for Slot {
 /// Renews the leases of the runs this replica holds, four times a lease,
 /// and marks interrupted the runs whose replica let theirs run out; ends
 /// with the node.
-/// Ends the workers of workspaces no run has wanted for
-/// [`crate::run::WORKER_IDLE`], looking a few times as often.
+/// Ends the workers of workspaces no run has wanted for the runner's
+/// `keep_hosts`, looking a few times as often.
 async fn end_idle_workers(node: std::sync::Weak<Node>) {
     loop {
-        tokio::time::sleep(crate::run::WORKER_IDLE / 4).await;
+        let Some(idle) = node.upgrade().map(|n| n.settings.runner.keep_hosts) else {
+            return;
+        };
+        if idle.is_zero() {
+            // None are kept.
+            return;
+        }
+        tokio::time::sleep((idle / 4).max(std::time::Duration::from_secs(1))).await;
         let Some(node) = node.upgrade() else {
             return;
         };
-        let ended = node.workspaces.end_idle_workers(crate::run::WORKER_IDLE);
+        let ended = node.workspaces.end_idle_workers(idle);
         if ended > 0 {
             tracing::debug!("{ended} idle run hosts ended");
         }

@@ -100,6 +100,7 @@ async fn serve_holding(base: &Path, stores: &Stores, quota: u64) -> Served {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     };
     let mut settings = stores.settings(base, runner);
     settings.max_user_storage_bytes = quota;
@@ -675,6 +676,7 @@ async fn start(
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     };
     let node = Node::open(stores.settings(&base, runner)).await.unwrap();
     node.authorize(alice.public(), "alice", &["*".into()])
@@ -841,6 +843,7 @@ async fn two_replicas(
             program: "/nonexistent/rye".into(),
             env: Vec::new(),
             timeout: Duration::from_secs(5),
+            keep_hosts: rye_node::run::WORKER_IDLE,
         };
         let mut settings = stores.settings(&dir.join(name), runner);
         settings.signing_key_dir = Some(dir.join("key"));
@@ -1167,6 +1170,7 @@ async fn a_key_over_its_rate_limit_waits_and_others_do_not() {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     };
     let mut settings = Stores::Local.settings(&dir.path().join("node"), runner);
     // One a minute after a burst of three: the fourth waits, however
@@ -1238,6 +1242,7 @@ async fn serve_collecting(base: &Path, stores: &Stores) -> Served {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     };
     let mut settings = stores.settings(base, runner);
     settings.gc.every = None;
@@ -1746,6 +1751,7 @@ async fn quota_collection_on(stores: Stores) {
         program: "/nonexistent/rye".into(),
         env: Vec::new(),
         timeout: Duration::from_secs(5),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     };
     let mut settings = stores.settings(&base, runner);
     settings.gc.every = None;
@@ -1875,6 +1881,7 @@ fn logging_runner(dir: &Path, replica: &str, seconds: f64) -> Runner {
             ("PATH".into(), "/usr/bin:/bin".into()),
         ],
         timeout: Duration::from_secs(30),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     }
 }
 
@@ -2052,6 +2059,7 @@ fn noting_runner(dir: &Path) -> Runner {
         program: script,
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         timeout: Duration::from_secs(60),
+        keep_hosts: rye_node::run::WORKER_IDLE,
     }
 }
 
@@ -2616,6 +2624,7 @@ async fn a_batch_crossing_the_quota_a_100_mb_body_and_another_nodes_envelope_are
             program: "/nonexistent/rye".into(),
             env: Vec::new(),
             timeout: Duration::from_secs(5),
+            keep_hosts: rye_node::run::WORKER_IDLE,
         };
         let mut settings = stores.settings(&dir.path().join("node"), runner);
         settings.max_user_storage_bytes = 1 << 20;
