@@ -1879,6 +1879,32 @@ fn a_node_keeping_no_run_hosts_leaves_none_after_a_run() {
     }
 }
 
+/// A run host left idle for the node's `--keep-run-hosts` ends, and the
+/// project's next run starts a new one.
+#[test]
+fn an_idle_run_host_ends_after_the_nodes_wait() {
+    let env = env_on(Shared::chosen, &["--keep-run-hosts", "1"]);
+    env.write(".ai/knowledge/notes/a.md", "# a\n");
+    env.ok(&["remote", "push"]);
+    let executions = env.root.path().join("node/executions");
+    let executions = executions.to_str().unwrap().to_owned();
+    let hosts = || processes(|args| args.iter().any(|a| a.starts_with(&executions)));
+    let ran = env.on_node("echo one");
+    assert_eq!(ran["result"]["data"]["stdout"], "one\n", "{ran:#}");
+    let kept = hosts();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hosts().contains(&kept[0]) {
+        assert!(
+            Instant::now() < deadline,
+            "an idle run host was kept past its wait"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ran = env.on_node("echo two");
+    assert_eq!(ran["result"]["data"]["stdout"], "two\n", "{ran:#}");
+}
+
 /// `rye node doctor` checks what a node stands on: healthy on the node's
 /// own stores (whichever this suite runs on), and naming what fails on a
 /// database it cannot reach.

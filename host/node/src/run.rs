@@ -271,16 +271,6 @@ impl Workspaces {
         // workspace is next prepared.
         ended.len()
     }
-
-    /// How many free workspaces hold a worker.
-    pub fn workers(&self) -> usize {
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|w| w.worker.is_some())
-            .count()
-    }
 }
 
 /// One run's folder: `project/` and `user/` as the snapshot has them, an
@@ -410,11 +400,6 @@ impl Workspace {
             worker.idle_since = std::time::Instant::now();
         }
         empty_folder(&self.home())
-    }
-
-    /// Whether a worker is kept here.
-    pub fn has_worker(&self) -> bool {
-        self.worker.is_some()
     }
 }
 
