@@ -1732,8 +1732,7 @@ fn a_run_gets_its_secrets_in_its_environment_and_nowhere_else() {
     assert!(!reserved.status.success());
 }
 
-/// The `rye serve` processes a node keeps in its workspaces under
-/// `executions`, and the pids of processes whose arguments are `args`.
+/// The pids of live processes whose arguments `matching` accepts.
 fn processes(matching: impl Fn(&[String]) -> bool) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -1760,6 +1759,17 @@ fn processes(matching: impl Fn(&[String]) -> bool) -> Vec<u32> {
     found
 }
 
+impl Env {
+    /// The pids of live processes with an argument inside the node's
+    /// workspaces (its run hosts, and a running tool's processes) that
+    /// `also` accepts.
+    fn in_workspaces(&self, also: impl Fn(&[String]) -> bool) -> Vec<u32> {
+        let executions = self.root.path().join("node/executions");
+        let executions = executions.to_str().unwrap();
+        processes(|args| args.iter().any(|a| a.starts_with(executions)) && also(args))
+    }
+}
+
 /// The node keeps a `rye serve` in a project's workspace for the
 /// project's runs. A run past the node's timeout and a run that kills
 /// that host each end in an error saying so, leave none of their
@@ -1771,13 +1781,7 @@ fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_thei
     let env = env_on(Shared::chosen, &["--timeout", "3"]);
     env.write(".ai/knowledge/notes/a.md", "# a\n");
     env.ok(&["remote", "push"]);
-    let executions = env.root.path().join("node/executions");
-    let executions = executions.to_str().unwrap().to_owned();
-    let hosts = || {
-        processes(|args| {
-            args.iter().any(|a| a == "serve") && args.iter().any(|a| a.starts_with(&executions))
-        })
-    };
+    let hosts = || env.in_workspaces(|args| args.iter().any(|a| a == "serve"));
     let gone_within = |pids: &[u32], what: &str| {
         let deadline = Instant::now() + Duration::from_secs(5);
         while pids.iter().any(|pid| processes(|_| true).contains(pid)) {
@@ -1846,8 +1850,10 @@ fn a_kept_run_host_that_times_out_or_dies_is_replaced_and_secrets_stay_with_thei
     );
     // The host that held the secret ended with its run: no process of
     // the node's user can read it from an idle host's environment.
-    let holding = |args: &[String]| args.iter().any(|a| a.starts_with(&executions));
-    gone_within(&processes(holding), "a host that was given a secret");
+    gone_within(
+        &env.in_workspaces(|_| true),
+        "a host that was given a secret",
+    );
     let without = run("echo \"token=$API_TOKEN.\"");
     assert_eq!(
         without["result"]["data"]["stdout"], "token=.\n",
@@ -1862,8 +1868,6 @@ fn a_node_keeping_no_run_hosts_leaves_none_after_a_run() {
     let env = env_on(Shared::chosen, &["--keep-run-hosts", "0"]);
     env.write(".ai/knowledge/notes/a.md", "# a\n");
     env.ok(&["remote", "push"]);
-    let executions = env.root.path().join("node/executions");
-    let executions = executions.to_str().unwrap().to_owned();
     for word in ["one", "two"] {
         let ran = env.on_node(&format!("echo {word}"));
         assert_eq!(
@@ -1872,7 +1876,7 @@ fn a_node_keeping_no_run_hosts_leaves_none_after_a_run() {
             "{ran:#}"
         );
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !processes(|args| args.iter().any(|a| a.starts_with(&executions))).is_empty() {
+        while !env.in_workspaces(|_| true).is_empty() {
             assert!(Instant::now() < deadline, "a run host outlived its run");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1886,9 +1890,7 @@ fn an_idle_run_host_ends_after_the_nodes_wait() {
     let env = env_on(Shared::chosen, &["--keep-run-hosts", "1"]);
     env.write(".ai/knowledge/notes/a.md", "# a\n");
     env.ok(&["remote", "push"]);
-    let executions = env.root.path().join("node/executions");
-    let executions = executions.to_str().unwrap().to_owned();
-    let hosts = || processes(|args| args.iter().any(|a| a.starts_with(&executions)));
+    let hosts = || env.in_workspaces(|_| true);
     let ran = env.on_node("echo one");
     assert_eq!(ran["result"]["data"]["stdout"], "one\n", "{ran:#}");
     let kept = hosts();

@@ -487,8 +487,9 @@ impl Runner {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let called = worker.session.call("execute", arguments, left).await;
         if !secrets.is_empty() || self.keep_hosts.is_zero() {
-            // A host holding secrets in its environment is not kept: while
-            // it lived, any process of the node's user could read them.
+            // No host is kept when the runner keeps none, nor one holding
+            // secrets in its environment: while it lived, any process of
+            // the node's user could read them.
             space.worker = None;
         }
         match called {
