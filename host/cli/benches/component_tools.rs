@@ -6,7 +6,8 @@
 //! Also the component tool's first run in a new server, with the
 //! compiled-component cache empty and warm, the server's own CPU time
 //! per execute over executes back to back, and executes and raw spawns
-//! interleaved one by one.
+//! interleaved one by one (and an MCP `ping` both ways, the transport's
+//! own round trip).
 //!
 //! Each tool answers its parameters back: the component is tool-probe
 //! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
@@ -18,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ClientRequest};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt, service::RunningService};
 use serde_json::{Value, json};
@@ -26,6 +27,8 @@ use serde_json::{Value, json};
 const ROUNDS: usize = 5;
 const PER_ROUND: usize = 60;
 const PAIRS: usize = 1_000;
+/// The idle spell before each side of the pairs that measure both idle.
+const IDLE: Duration = Duration::from_millis(3);
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
@@ -93,6 +96,16 @@ async fn execute(client: &RunningService<RoleClient, ()>, arguments: &Value) -> 
     let content = result.structured_content.unwrap();
     assert_eq!(content["status"], "success", "{content:#}");
     (took, content["data"].clone())
+}
+
+async fn ping(client: &RunningService<RoleClient, ()>) -> Duration {
+    let started = Instant::now();
+    client
+        .peer()
+        .send_request(ClientRequest::PingRequest(Default::default()))
+        .await
+        .unwrap();
+    started.elapsed()
 }
 
 fn spawn() -> Duration {
@@ -226,15 +239,61 @@ fn main() {
         // can make it: each execute followed by a raw spawn, so whatever the
         // machine does meanwhile falls on both alike.
         let (mut executes, mut spawns) = (Vec::new(), Vec::new());
+        let before = cpu_seconds(pid);
         for _ in 0..PAIRS {
             executes.push(execute(&client, &component).await.0);
             spawns.push(spawn());
         }
+        let used = cpu_seconds(pid) - before;
         let (execute_ms, spawn_ms) = (ms(median(executes)), ms(median(spawns)));
         println!(
             "{PAIRS} pairs of a component execute then a raw bash -c spawn: execute {execute_ms:.3} ms, \
-             spawn {spawn_ms:.3} ms; spawn / component {:.1}x",
+             spawn {spawn_ms:.3} ms; spawn / component {:.1}x; server CPU {:.0} us each",
+            spawn_ms / execute_ms,
+            used / PAIRS as f64 * 1e6
+        );
+        // Both sides after the same idle spell: each execute and each
+        // spawn follows a 3 ms sleep of this process, so neither finds the
+        // processors busy from the other.
+        let (mut executes, mut spawns) = (Vec::new(), Vec::new());
+        for _ in 0..PAIRS {
+            tokio::time::sleep(IDLE).await;
+            executes.push(execute(&client, &component).await.0);
+            tokio::time::sleep(IDLE).await;
+            spawns.push(spawn());
+        }
+        let (execute_ms, spawn_ms) = (ms(median(executes)), ms(median(spawns)));
+        println!(
+            "{PAIRS} pairs, each side after {} ms idle: execute {execute_ms:.3} ms, spawn {spawn_ms:.3} ms; \
+             spawn / component {:.1}x",
+            IDLE.as_millis(),
             spawn_ms / execute_ms
+        );
+        // The same two ways for the transport alone: an MCP `ping` back to
+        // back, then each followed by a spawn, so that what an idle spell
+        // costs the server's next answer shows apart from the execute.
+        let mut back_to_back = Vec::new();
+        for _ in 0..PAIRS {
+            back_to_back.push(ping(&client).await);
+        }
+        let (mut pings, mut spawns) = (Vec::new(), Vec::new());
+        for _ in 0..PAIRS {
+            pings.push(ping(&client).await);
+            spawns.push(spawn());
+        }
+        let mut idle = Vec::new();
+        for _ in 0..PAIRS {
+            tokio::time::sleep(IDLE).await;
+            idle.push(ping(&client).await);
+        }
+        println!(
+            "MCP ping: back to back {:.3} ms; {PAIRS} pairs of a ping then a raw spawn: ping {:.3} ms, spawn {:.3} ms; \
+             after {} ms idle {:.3} ms",
+            ms(median(back_to_back)),
+            ms(median(pings)),
+            ms(median(spawns)),
+            IDLE.as_millis(),
+            ms(median(idle))
         );
         client.cancel().await.unwrap();
     });
