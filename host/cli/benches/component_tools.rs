@@ -6,8 +6,9 @@
 //! Also the component tool's first run in a new server, with the
 //! compiled-component cache empty and warm, the server's own CPU time
 //! per execute over executes back to back, and executes and raw spawns
-//! interleaved one by one (and an MCP `ping` both ways, the transport's
-//! own round trip).
+//! interleaved one by one or each after an idle spell, and an MCP `ping`
+//! (the transport's own round trip) back to back, between spawns and
+//! after an idle spell.
 //!
 //! Each tool answers its parameters back: the component is tool-probe
 //! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
@@ -269,9 +270,9 @@ fn main() {
             IDLE.as_millis(),
             spawn_ms / execute_ms
         );
-        // The same two ways for the transport alone: an MCP `ping` back to
-        // back, then each followed by a spawn, so that what an idle spell
-        // costs the server's next answer shows apart from the execute.
+        // The transport alone: an MCP `ping` back to back, between spawns
+        // and after an idle spell, so that what an idle spell costs the
+        // server's next answer shows apart from the execute's own work.
         let mut back_to_back = Vec::new();
         for _ in 0..PAIRS {
             back_to_back.push(ping(&client).await);
