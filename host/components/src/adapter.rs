@@ -11,7 +11,7 @@ use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
-use crate::spare::Spare;
+use crate::spare::{Spare, SpentAdapter};
 use crate::world::World;
 
 /// One element of the chain an adapter plans for.
@@ -113,7 +113,7 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services))
+        wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services)).0
     }
 
     /// Asks a runtime adapter for the plan of one execution from an async
@@ -133,12 +133,32 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        self.plan_on_task_keeping(component, request, grants, services)
+            .await
+            .0
+    }
+
+    /// [`ComponentHost::plan_on_task`], keeping the adapter instance the
+    /// plan used: the caller drops it once it waits for something (see
+    /// [`SpentAdapter`]), so that handing it over is off its path.
+    pub async fn plan_on_task_keeping(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+    ) -> (
+        Result<Result<Planned, PlanFailure>, ComponentError>,
+        Option<SpentAdapter>,
+    ) {
         if services.answers_at_once()
             && let Some(_inline) = self.inline_permit()
         {
             return self.plan_async(component, request, grants, services).await;
         }
-        let plan = || self.plan(component, request, grants, services);
+        let plan = || {
+            wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services))
+        };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(plan),
             _ => std::thread::scope(|scope| {
@@ -162,12 +182,35 @@ impl ComponentHost {
     /// `services` run no command (a chain element's declared resolve
     /// command blocks until it exits); [`ComponentHost::plan_on_task`]
     /// decides where.
+    ///
+    /// Beside the plan, the instance that made it when spares are kept,
+    /// to be dropped by the caller (see [`SpentAdapter`]).
     pub async fn plan_async(
         &self,
         component: &LoadedComponent,
         request: &PlanRequest,
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
+    ) -> (
+        Result<Result<Planned, PlanFailure>, ComponentError>,
+        Option<SpentAdapter>,
+    ) {
+        let mut spent = None;
+        let planned = self
+            .plan_in(component, request, grants, services, &mut spent)
+            .await;
+        (planned, spent)
+    }
+
+    /// The plan of [`ComponentHost::plan_async`], the instance it used put
+    /// in `spent`.
+    async fn plan_in(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+        spent: &mut Option<SpentAdapter>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
         let fail = |kind| ComponentError {
             path: component.path.clone(),
@@ -252,7 +295,7 @@ impl ComponentHost {
             store.data_mut().slot = None;
             store.data_mut().services = None;
             let (engine, pre, hash) = (self.engine().clone(), pre.clone(), component.hash);
-            self.spares.after(store, hash, move |runtime| {
+            *spent = Some(self.spares.after(store, hash, move |runtime| {
                 let mut state = CallState::sandboxed(limits.memory);
                 state.world = Some(World::RuntimeAdapter);
                 let mut store = deadline_store(&engine, state, limits.deadline);
@@ -262,7 +305,7 @@ impl ComponentHost {
                     store,
                     adapter,
                 })
-            });
+            }));
         } else {
             drop(store);
         }

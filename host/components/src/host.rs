@@ -770,10 +770,10 @@ fn build_engine(host: &HostConfig) -> Result<(Engine, bool), wasmtime::Error> {
             // Async fiber stacks, which a store keeps once it has made an
             // async call: command tools on async tasks (see `ASYNC_RUNS`)
             // and adapter instances, at most one per adapter slot, the
-            // spare and the spent ones queued for the spares' thread.
+            // spare and the spent ones (see `spare::stores_held`).
             // Preparing the default thousand (a guard page each) was most
             // of engine start.
-            let adapters = instances_per_world(host) + crate::spare::STORES_HELD;
+            let adapters = instances_per_world(host) + crate::spare::stores_held();
             pool.total_stacks((ASYNC_RUNS + adapters) as u32);
             let mut config = base_config();
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

@@ -8,6 +8,11 @@
 //! and services. The spent store goes to a thread of the host's, which
 //! drops it and then makes the next spare. Each instance still serves one
 //! call only: nothing of one plan reaches the next.
+//!
+//! Handing the spent store over wakes that thread, which costs the plan's
+//! caller a system call. A caller with something to wait for next (the
+//! process, request or call the plan asked for) keeps the store as a
+//! [`SpentAdapter`] and lets it go once that wait has begun.
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -39,7 +44,23 @@ type Make = dyn FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send;
 #[derive(Default)]
 pub(crate) struct Spares {
     ready: Arc<Mutex<Option<Spare>>>,
-    chores: Mutex<Option<SyncSender<Chore>>>,
+    chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
+}
+
+/// An adapter instance a plan has used, handed to the spares' thread
+/// (dropped there, and the next spare made) when this is dropped.
+pub struct SpentAdapter {
+    chore: Option<Chore>,
+    ready: Arc<Mutex<Option<Spare>>>,
+    chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
+}
+
+impl Drop for SpentAdapter {
+    fn drop(&mut self) {
+        if let Some(chore) = self.chore.take() {
+            hand_over(&self.chores, &self.ready, chore);
+        }
+    }
 }
 
 /// Chores waiting at most: past them (the thread starved by a host busy
@@ -47,10 +68,15 @@ pub(crate) struct Spares {
 /// made, so spent stores, and the pool slots they hold, never pile up.
 const CHORES_QUEUED: usize = 4;
 
-/// Adapter stores the spares hold at most, besides those of plans under
-/// way: the spare, the chores queued, the one the thread is dropping, and
-/// the one a plan is handing over.
-pub(crate) const STORES_HELD: usize = CHORES_QUEUED + 3;
+/// Adapter stores held at most besides those of plans under way: the
+/// spare, the chores queued, the one the thread is dropping, and those
+/// spent by plans whose callers have not yet waited on anything (a
+/// [`SpentAdapter`] is dropped at its caller's next wait, so one per
+/// thread that polls tasks: taken as two per core).
+pub(crate) fn stores_held() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    CHORES_QUEUED + 2 + 2 * cores
+}
 
 /// How much lower than the calls the spares' thread runs (a nice value):
 /// woken by a plan, it does not take the core from the call that woke
@@ -72,45 +98,59 @@ impl Spares {
         }
     }
 
-    /// Hands `spent` to the thread to drop, then `make` to make the next
-    /// spare of adapter `hash` with (on the thread's own runtime, which
-    /// drives the instantiation). Both are dropped here if the thread
-    /// cannot be started.
+    /// `spent`, to go to the thread when dropped, which drops it and
+    /// then makes the next spare of adapter `hash` with `make` (on the
+    /// thread's own runtime, which drives the instantiation). Both are
+    /// dropped where the guard is if the thread cannot be started.
     pub(crate) fn after(
         &self,
         spent: Store<CallState>,
         hash: [u8; 32],
         make: impl FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send + 'static,
-    ) {
-        let mut chores = self.chores.lock().unwrap_or_else(|e| e.into_inner());
-        if chores.is_none() {
-            let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
-            let ready = self.ready.clone();
-            let started = std::thread::Builder::new()
-                .name("rye-spares".into())
-                .spawn(move || work(&receive, &ready));
-            if started.is_err() {
-                return;
-            }
-            *chores = Some(send);
+    ) -> SpentAdapter {
+        SpentAdapter {
+            chore: Some(Chore {
+                spent,
+                hash,
+                make: Box::new(make),
+            }),
+            ready: Arc::clone(&self.ready),
+            chores: Arc::clone(&self.chores),
         }
-        let chore = Chore {
-            spent,
-            hash,
-            make: Box::new(make),
-        };
-        let refused = match chores.as_ref().expect("started above").try_send(chore) {
-            Ok(()) => None,
-            Err(TrySendError::Full(chore)) => Some(chore),
-            Err(TrySendError::Disconnected(chore)) => {
-                *chores = None;
-                Some(chore)
-            }
-        };
-        // A refused chore's store is dropped here, outside the lock.
-        drop(chores);
-        drop(refused);
     }
+}
+
+/// Sends `chore` to the spares' thread, starting it first if need be.
+fn hand_over(
+    chores: &Mutex<Option<SyncSender<Chore>>>,
+    ready: &Arc<Mutex<Option<Spare>>>,
+    chore: Chore,
+) {
+    let mut chores = chores.lock().unwrap_or_else(|e| e.into_inner());
+    if chores.is_none() {
+        let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
+        let ready = Arc::clone(ready);
+        let started = std::thread::Builder::new()
+            .name("rye-spares".into())
+            .spawn(move || work(&receive, &ready));
+        if started.is_err() {
+            drop(chores);
+            drop(chore);
+            return;
+        }
+        *chores = Some(send);
+    }
+    let refused = match chores.as_ref().expect("started above").try_send(chore) {
+        Ok(()) => None,
+        Err(TrySendError::Full(chore)) => Some(chore),
+        Err(TrySendError::Disconnected(chore)) => {
+            *chores = None;
+            Some(chore)
+        }
+    };
+    // A refused chore's store is dropped here, outside the lock.
+    drop(chores);
+    drop(refused);
 }
 
 /// The thread: while the host lives, drop what is spent and make spares.
