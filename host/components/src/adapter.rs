@@ -11,7 +11,7 @@ use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
-use crate::spare::{Spare, SpentAdapter};
+use crate::spare::{Made, Spare, SpareKey, SpentInstance};
 use crate::world::World;
 
 /// One element of the chain an adapter plans for.
@@ -140,7 +140,7 @@ impl ComponentHost {
 
     /// [`ComponentHost::plan_on_task`], keeping the adapter instance the
     /// plan used: the caller drops it once it waits for something (see
-    /// [`SpentAdapter`]), so that handing it over is off its path.
+    /// [`SpentInstance`]), so that handing it over is off its path.
     pub async fn plan_on_task_keeping(
         &self,
         component: &LoadedComponent,
@@ -149,7 +149,7 @@ impl ComponentHost {
         services: Box<dyn AdapterServices>,
     ) -> (
         Result<Result<Planned, PlanFailure>, ComponentError>,
-        Option<SpentAdapter>,
+        Option<SpentInstance>,
     ) {
         if services.answers_at_once()
             && let Some(_inline) = self.inline_permit()
@@ -184,7 +184,7 @@ impl ComponentHost {
     /// decides where.
     ///
     /// Beside the plan, the instance that made it when spares are kept,
-    /// to be dropped by the caller (see [`SpentAdapter`]).
+    /// to be dropped by the caller (see [`SpentInstance`]).
     pub async fn plan_async(
         &self,
         component: &LoadedComponent,
@@ -193,7 +193,7 @@ impl ComponentHost {
         services: Box<dyn AdapterServices>,
     ) -> (
         Result<Result<Planned, PlanFailure>, ComponentError>,
-        Option<SpentAdapter>,
+        Option<SpentInstance>,
     ) {
         let mut spent = None;
         let planned = self
@@ -210,7 +210,7 @@ impl ComponentHost {
         request: &PlanRequest,
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
-        spent: &mut Option<SpentAdapter>,
+        spent: &mut Option<SpentInstance>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
         let fail = |kind| ComponentError {
             path: component.path.clone(),
@@ -232,11 +232,14 @@ impl ComponentHost {
         // The slot first, so that waiting for one does not count against
         // the deadline.
         let slot = wait_for_slot(self.slots_of(World::RuntimeAdapter));
-        let (mut store, made) = match self.spares.take(&component.hash) {
-            Some(spare) => {
-                let mut store = spare.store;
+        let key = SpareKey {
+            hash: component.hash,
+            memory: limits.memory,
+        };
+        let (mut store, made) = match self.spares.take_adapter(key) {
+            Some((mut store, adapter)) => {
                 store.data_mut().grant(grants).map_err(cannot_grant)?;
-                (store, Some(spare.adapter))
+                (store, Some(adapter))
             }
             None => {
                 let mut state = CallState::granted(limits.memory, grants).map_err(cannot_grant)?;
@@ -294,16 +297,16 @@ impl ComponentHost {
             // caller's path; its slot and services are given back now.
             store.data_mut().slot = None;
             store.data_mut().services = None;
-            let (engine, pre, hash) = (self.engine().clone(), pre.clone(), component.hash);
-            *spent = Some(self.spares.after(store, hash, move |runtime| {
+            let (engine, pre) = (self.engine().clone(), pre.clone());
+            *spent = Some(self.spares.after(store, key, false, move |runtime| {
                 let mut state = CallState::sandboxed(limits.memory);
                 state.world = Some(World::RuntimeAdapter);
                 let mut store = deadline_store(&engine, state, limits.deadline);
                 let adapter = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
                 Some(Spare {
-                    hash,
+                    key,
                     store,
-                    adapter,
+                    made: Made::Adapter(adapter),
                 })
             }));
         } else {

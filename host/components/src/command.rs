@@ -321,12 +321,18 @@ impl ComponentHost {
         grants: &CommandGrants,
         stdin: Vec<u8>,
     ) -> Result<(Store<CallState>, std::time::Instant), ComponentError> {
-        let state = CallState::command(grants, stdin).map_err(|e| ComponentError {
-            path: command.path.clone(),
-            kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {e}")),
-        })?;
+        let state = CallState::command(grants, stdin).map_err(|e| self.cannot_open(command, &e))?;
         let started = std::time::Instant::now();
         Ok((self.deadline_store(state, grants.limits.deadline), started))
+    }
+
+    /// The error of a run of `command` whose granted directory `why`
+    /// could not be opened.
+    fn cannot_open(&self, command: &LoadedCommand, why: &str) -> ComponentError {
+        ComponentError {
+            path: command.path.clone(),
+            kind: ComponentErrorKind::Io(format!("a granted directory cannot be opened: {why}")),
+        }
     }
 
     /// A run of `command` on the caller's task instead of a thread of its
@@ -461,9 +467,31 @@ impl ComponentHost {
 }
 
 /// A store that ran a tool: dropping it resets the instance's pooled
-/// memory, which takes longer than a small tool's run, so a caller may
-/// drop it once its answer is on its way.
-pub struct Spent(#[allow(dead_code, reason = "held to be dropped")] wasmtime::Store<CallState>);
+/// memory, which takes longer than a small tool's run, so a caller lets
+/// it go ([`Spent::release`]) once its answer is on its way.
+pub struct Spent(SpentStore);
+
+enum SpentStore {
+    /// Dropped by a task of its own.
+    Store(#[allow(dead_code, reason = "held to be dropped")] wasmtime::Store<CallState>),
+    /// Handed to the spares' thread, which drops it and makes the next
+    /// spare.
+    Spare(#[allow(dead_code, reason = "held to be dropped")] crate::spare::SpentInstance),
+}
+
+impl Spent {
+    /// Lets the store go: to the spares' thread when the host keeps
+    /// spares, else to a task of its own (dropped here outside a runtime).
+    pub fn release(self) {
+        match self.0 {
+            SpentStore::Spare(spent) => drop(spent),
+            SpentStore::Store(store) => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(async move { drop(store) })),
+                Err(_) => drop(store),
+            },
+        }
+    }
+}
 
 /// A command's run on its caller's task (see [`ComponentHost::async_run`]).
 pub struct AsyncRun {
@@ -524,9 +552,28 @@ impl AsyncRun {
         let Some(pre) = command.run_async.as_ref() else {
             unreachable!("an async run is made only for a command with an async entry")
         };
-        let (mut store, started) = match host.run_store(&command, &grants, stdin) {
-            Ok(made) => made,
-            Err(e) => return (Err(e), None),
+        let key = crate::spare::SpareKey {
+            hash: command.hash,
+            memory: grants.limits.memory,
+        };
+        let spares = host.config().spares;
+        let spare = if spares {
+            host.spares.take_command(key)
+        } else {
+            None
+        };
+        let (mut store, made, started) = match spare {
+            Some((mut store, made)) => match CallState::command(&grants, stdin) {
+                Ok(fresh) => {
+                    store.data_mut().take_run(fresh);
+                    (store, Some(made), std::time::Instant::now())
+                }
+                Err(e) => return (Err(host.cannot_open(&command, &e)), None),
+            },
+            None => match host.run_store(&command, &grants, stdin) {
+                Ok((store, started)) => (store, None, started),
+                Err(e) => return (Err(e), None),
+            },
         };
         // Every tick: stopped if cancelled or past the deadline, else a
         // yield to the executor.
@@ -541,7 +588,11 @@ impl AsyncRun {
             })
         });
         store.set_epoch_deadline(1);
-        let ran = match pre.instantiate_async(&mut store).await {
+        let made = match made {
+            Some(made) => Ok(made),
+            None => pre.instantiate_async(&mut store).await,
+        };
+        let ran = match made {
             Ok(cli) => cli
                 .wasi_cli_run()
                 .call_run(&mut store)
@@ -551,7 +602,23 @@ impl AsyncRun {
         };
         drop(permit);
         let settled = host.settle(&command, &grants, &mut store, started, ran);
-        (Ok(settled), Some(Spent(store)))
+        if !spares {
+            return (Ok(settled), Some(Spent(SpentStore::Store(store))));
+        }
+        // The spent store goes to the spares' thread, which then makes
+        // the next instance of this command with the same memory cap.
+        let (engine, pre, deadline) = (host.engine().clone(), pre.clone(), grants.limits.deadline);
+        let spent = host.spares.after(store, key, true, move |runtime| {
+            let state = CallState::sandboxed(key.memory);
+            let mut store = crate::host::deadline_store(&engine, state, deadline);
+            let made = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
+            Some(crate::spare::Spare {
+                key,
+                store,
+                made: crate::spare::Made::Command(made),
+            })
+        });
+        (Ok(settled), Some(Spent(SpentStore::Spare(spent))))
     }
 }
 

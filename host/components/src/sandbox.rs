@@ -61,6 +61,25 @@ impl CallState {
         Ok(())
     }
 
+    /// Gives a command's instance, made and never called, the context of
+    /// the run `fresh` was made for: its WASI context (grants, input,
+    /// output), its stderr and stdout, and its network hooks. The memory
+    /// limiter stays: the instance's first memory was counted against it
+    /// (its cap is the run's, as the spare was chosen by it).
+    pub(crate) fn take_run(&mut self, fresh: Self) {
+        let Self {
+            wasi,
+            stderr,
+            stdout,
+            net,
+            ..
+        } = fresh;
+        self.wasi = wasi;
+        self.stderr = stderr;
+        self.stdout = stdout;
+        self.net = net;
+    }
+
     /// A call's state around the WASI context `wasi`.
     pub(crate) fn with_context(wasi: WasiCtx, memory_cap: usize, stderr: MemoryOutputPipe) -> Self {
         Self {

@@ -1,18 +1,20 @@
-//! Adapter instances made ahead of their calls.
+//! Instances made ahead of their calls.
 //!
-//! A plan is one call into a fresh instance of the runtime adapter. Making
+//! A plan is one call into a fresh instance of the runtime adapter, and a
+//! command tool's run one call into a fresh instance of the tool. Making
 //! that instance, and resetting the memory it dirtied once the call is
-//! done, is most of what a plan costs, and neither depends on the call.
-//! So the host keeps one instance of the adapter it last planned with,
-//! made and never called. A plan takes it and gives it the call's views
-//! and services. The spent store goes to a thread of the host's, which
-//! drops it and then makes the next spare. Each instance still serves one
-//! call only: nothing of one plan reaches the next.
+//! done, is much of what a small call costs, and neither depends on the
+//! call. So the host keeps, of each kind, one instance of the component
+//! it last called, made and never called. A call takes it and gives it
+//! its own context (views, services, grants, input). The spent store goes
+//! to a thread of the host's, which drops it and then makes the next
+//! spare. Each instance still serves one call only: nothing of one call
+//! reaches the next.
 //!
-//! Handing the spent store over wakes that thread, which costs the plan's
-//! caller a system call. A caller with something to wait for next (the
-//! process, request or call the plan asked for) keeps the store as a
-//! [`SpentAdapter`] and lets it go once that wait has begun.
+//! Handing the spent store over wakes that thread, which costs the caller
+//! a system call. A caller with something to wait for next (the process,
+//! request or call a plan asked for) keeps the store as a [`SpentInstance`]
+//! and lets it go once that wait has begun.
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -22,40 +24,68 @@ use wasmtime::Store;
 use crate::bindings::adapter::RuntimeAdapter;
 use crate::sandbox::CallState;
 
-/// An instance of the adapter whose file has SHA-256 `hash`, never called.
-pub(crate) struct Spare {
+/// What a spare is an instance of: a component by its SHA-256, with the
+/// memory cap its store was made with (an instance's first memory counts
+/// against it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpareKey {
     pub hash: [u8; 32],
-    pub store: Store<CallState>,
-    pub adapter: RuntimeAdapter,
+    pub memory: usize,
 }
 
-/// What the spares' thread does after a plan: drop the spent store, then
-/// make the next spare of adapter `hash` (one message, one wake-up).
+/// An instance never called, of the component `key` names.
+pub(crate) struct Spare {
+    pub key: SpareKey,
+    pub store: Store<CallState>,
+    pub made: Made,
+}
+
+/// The instance itself, by kind: one spare of each is kept.
+pub(crate) enum Made {
+    Adapter(RuntimeAdapter),
+    Command(wasmtime_wasi::p2::bindings::Command),
+}
+
+impl Made {
+    fn kind(&self) -> usize {
+        match self {
+            Made::Adapter(_) => 0,
+            Made::Command(_) => 1,
+        }
+    }
+}
+
+/// The spares ready, one slot per kind.
+type Ready = [Option<Spare>; 2];
+
+/// What the spares' thread does after a call: drop the spent store, then
+/// make the next spare (one message, one wake-up).
 struct Chore {
     spent: Store<CallState>,
-    hash: [u8; 32],
+    key: SpareKey,
+    kind: usize,
     make: Box<Make>,
 }
 
 /// Makes a spare, on the runtime given.
 type Make = dyn FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send;
 
-/// The spare, and the thread that makes it.
+/// The spares, and the thread that makes them.
 #[derive(Default)]
 pub(crate) struct Spares {
-    ready: Arc<Mutex<Option<Spare>>>,
+    ready: Arc<Mutex<Ready>>,
     chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
 }
 
-/// An adapter instance a plan has used, handed to the spares' thread
-/// (dropped there, and the next spare made) when this is dropped.
-pub struct SpentAdapter {
+/// An instance a call has used, handed to the spares' thread (dropped
+/// there, and the next spare made) when this is dropped.
+pub struct SpentInstance {
     chore: Option<Chore>,
-    ready: Arc<Mutex<Option<Spare>>>,
+    ready: Arc<Mutex<Ready>>,
     chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
 }
 
-impl Drop for SpentAdapter {
+impl Drop for SpentInstance {
     fn drop(&mut self) {
         if let Some(chore) = self.chore.take() {
             hand_over(&self.chores, &self.ready, chore);
@@ -64,32 +94,59 @@ impl Drop for SpentAdapter {
 }
 
 /// Chores waiting at most: past them (the thread starved by a host busy
-/// on every core), a plan drops its spent store itself and no spare is
+/// on every core), a caller drops its spent store itself and no spare is
 /// made, so spent stores, and the pool slots they hold, never pile up.
 const CHORES_QUEUED: usize = 4;
 
-/// Adapter stores held at most besides those of plans under way: the
-/// spare, the chores queued, the one the thread is dropping, and those
-/// spent by plans whose callers have not yet waited on anything (a
-/// [`SpentAdapter`] is dropped at its caller's next wait, so one per
+/// Stores held at most besides those of calls under way: a spare of each
+/// kind, the chores queued, the one the thread is dropping, and those
+/// spent by calls whose callers have not yet let them go (a
+/// [`SpentInstance`] is dropped at its caller's next wait, so one per
 /// thread that polls tasks: taken as two per core).
 pub(crate) fn stores_held() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    CHORES_QUEUED + 2 + 2 * cores
+    CHORES_QUEUED + 3 + 2 * cores
 }
 
 /// How much lower than the calls the spares' thread runs (a nice value):
-/// woken by a plan, it does not take the core from the call that woke
+/// woken by a call, it does not take the core from the call that woke
 /// it, and still gets its share when every core is busy.
 const SPARES_NICE: i32 = 10;
 
 impl Spares {
-    /// The spare of adapter `hash`, if one is ready. A spare of another
+    /// The spare of adapter `key`, if one is ready. A spare of another
     /// adapter is dropped: one is kept at most.
-    pub(crate) fn take(&self, hash: &[u8; 32]) -> Option<Spare> {
+    pub(crate) fn take_adapter(&self, key: SpareKey) -> Option<(Store<CallState>, RuntimeAdapter)> {
+        match self.take(0, key)? {
+            Spare {
+                store,
+                made: Made::Adapter(adapter),
+                ..
+            } => Some((store, adapter)),
+            Spare { .. } => None,
+        }
+    }
+
+    /// The spare of command `key`, if one is ready. A spare of another
+    /// command is dropped: one is kept at most.
+    pub(crate) fn take_command(
+        &self,
+        key: SpareKey,
+    ) -> Option<(Store<CallState>, wasmtime_wasi::p2::bindings::Command)> {
+        match self.take(1, key)? {
+            Spare {
+                store,
+                made: Made::Command(command),
+                ..
+            } => Some((store, command)),
+            Spare { .. } => None,
+        }
+    }
+
+    fn take(&self, kind: usize, key: SpareKey) -> Option<Spare> {
         let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        match ready.take() {
-            Some(spare) if spare.hash == *hash => Some(spare),
+        match ready[kind].take() {
+            Some(spare) if spare.key == key => Some(spare),
             other => {
                 drop(ready);
                 drop(other);
@@ -99,19 +156,22 @@ impl Spares {
     }
 
     /// `spent`, to go to the thread when dropped, which drops it and
-    /// then makes the next spare of adapter `hash` with `make` (on the
-    /// thread's own runtime, which drives the instantiation). Both are
-    /// dropped where the guard is if the thread cannot be started.
+    /// then, unless a spare of `key` is ready, makes one with `make` (on
+    /// the thread's own runtime, which drives the instantiation). The
+    /// store is dropped where the guard is if the thread cannot be
+    /// started.
     pub(crate) fn after(
         &self,
         spent: Store<CallState>,
-        hash: [u8; 32],
+        key: SpareKey,
+        command: bool,
         make: impl FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send + 'static,
-    ) -> SpentAdapter {
-        SpentAdapter {
+    ) -> SpentInstance {
+        SpentInstance {
             chore: Some(Chore {
                 spent,
-                hash,
+                key,
+                kind: usize::from(command),
                 make: Box::new(make),
             }),
             ready: Arc::clone(&self.ready),
@@ -121,11 +181,7 @@ impl Spares {
 }
 
 /// Sends `chore` to the spares' thread, starting it first if need be.
-fn hand_over(
-    chores: &Mutex<Option<SyncSender<Chore>>>,
-    ready: &Arc<Mutex<Option<Spare>>>,
-    chore: Chore,
-) {
+fn hand_over(chores: &Mutex<Option<SyncSender<Chore>>>, ready: &Arc<Mutex<Ready>>, chore: Chore) {
     let mut chores = chores.lock().unwrap_or_else(|e| e.into_inner());
     if chores.is_none() {
         let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
@@ -154,8 +210,8 @@ fn hand_over(
 }
 
 /// The thread: while the host lives, drop what is spent and make spares.
-/// A spare is made only when none for the same adapter is ready.
-fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
+/// A spare is made only when none of the same component is ready.
+fn work(chores: &Receiver<Chore>, ready: &Mutex<Ready>) {
     // On Linux a nice value set for a thread id is that thread's alone.
     // Failing to lower it leaves the thread as it was.
     let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), SPARES_NICE);
@@ -164,20 +220,24 @@ fn work(chores: &Receiver<Chore>, ready: &Mutex<Option<Spare>>) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return;
     };
-    while let Ok(Chore { spent, hash, make }) = chores.recv() {
+    while let Ok(Chore {
+        spent,
+        key,
+        kind,
+        make,
+    }) = chores.recv()
+    {
         drop(spent);
         let kept = ready.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.as_ref().is_some_and(|spare| spare.hash == hash) {
+        if kept[kind].as_ref().is_some_and(|spare| spare.key == key) {
             continue;
         }
         drop(kept);
         let Some(spare) = make(&runtime) else {
             continue;
         };
-        let old = ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(spare);
+        let slot = spare.made.kind();
+        let old = ready.lock().unwrap_or_else(|e| e.into_inner())[slot].replace(spare);
         drop(old);
     }
 }

@@ -408,3 +408,66 @@ fn an_async_run_answers_as_a_thread_run_and_leaves_its_worker_free() {
     });
     assert_serves(&host);
 }
+
+/// A host that keeps spares runs each command on an instance made ahead
+/// of the run, yet no run sees anything of another: each finds itself the
+/// first run of its instance, with its own input, variables and
+/// directories, whether its instance was a spare or made for it (runs
+/// with no time between them for the spares' thread), and whatever the
+/// memory cap of the run before.
+#[test]
+fn runs_on_spare_instances_see_only_their_own_grants_and_input() {
+    let host = std::sync::Arc::new(
+        ComponentHost::new(HostConfig {
+            spares: true,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let loaded = probe(&host);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let folders: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (n, folder) in folders.iter().enumerate() {
+        std::fs::write(folder.path().join("secret"), format!("file {n}")).unwrap();
+    }
+    runtime.block_on(async {
+        for round in 0..40 {
+            let n = round % folders.len();
+            let mut granted = grants();
+            granted.env = vec![("SECRET".into(), format!("env {round}"))];
+            granted.dirs = vec![DirGrant {
+                host: folders[n].path().to_owned(),
+                guest: "/data".into(),
+                writable: false,
+            }];
+            if round % 5 == 4 {
+                granted.limits.memory = 32 << 20;
+            }
+            let asked = json!({"do": "remember", "secret": format!("input {round}")});
+            let run = host.async_run(&loaded).expect("a free stack");
+            let (answer, spent) = run.run(granted, asked.to_string().into_bytes()).await;
+            spent.expect("the spent store is handed back").release();
+            let answer = answer.unwrap().unwrap();
+            assert_eq!(
+                serde_json::from_slice::<Value>(&answer.stdout).unwrap(),
+                json!({
+                    "runs_before": 0,
+                    "last_secret": null,
+                    "secret": format!("input {round}"),
+                    "env": format!("env {round}"),
+                    "file": format!("file {n}"),
+                }),
+                "round {round}"
+            );
+            // Every other round, the time a client's next request gives
+            // the spares' thread.
+            if round % 2 == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    assert_serves(&host);
+}

@@ -757,7 +757,7 @@ struct ToolRun<'a> {
     /// acts on the world.
     begun: Option<crate::threads::Begun>,
     /// The adapter instance of this run's plan, until it is handed back.
-    spent_adapter: Option<rye_components::SpentAdapter>,
+    spent_adapter: Option<rye_components::SpentInstance>,
     /// The run's thread, when it is recorded.
     thread_id: Option<String>,
 }
@@ -1443,7 +1443,7 @@ fn describe(private: &rye_http::Private) -> String {
 /// that handing the plan's instance back is done while the run waits for
 /// its process, request or call rather than before it starts.
 async fn handing_over<T>(
-    spent: Option<rye_components::SpentAdapter>,
+    spent: Option<rye_components::SpentInstance>,
     work: impl Future<Output = T>,
 ) -> T {
     let mut spent = spent;

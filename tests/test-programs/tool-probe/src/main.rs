@@ -54,6 +54,21 @@ fn main() {
                 }
             }
         }
+        // What this instance kept from runs before (none, if each run
+        // has an instance of its own), then this run's grants as seen.
+        "remember" => {
+            static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            static LAST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+            let before = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let last = LAST.lock().unwrap().replace(text("secret"));
+            serde_json::json!({
+                "runs_before": before,
+                "last_secret": last,
+                "secret": text("secret"),
+                "env": std::env::var("SECRET").ok(),
+                "file": std::fs::read_to_string("/data/secret").ok(),
+            })
+        }
         "exit" => std::process::exit(asked["code"].as_i64().unwrap_or(1) as i32),
         other => serde_json::json!({"error": format!("no action {other:?}")}),
     };
