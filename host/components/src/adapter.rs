@@ -133,32 +133,15 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        self.plan_on_task_keeping(component, request, grants, services)
-            .await
-            .0
-    }
-
-    /// [`ComponentHost::plan_on_task`], keeping the adapter instance the
-    /// plan used: the caller drops it once it waits for something (see
-    /// [`SpentInstance`]), so that handing it over is off its path.
-    pub async fn plan_on_task_keeping(
-        &self,
-        component: &LoadedComponent,
-        request: &PlanRequest,
-        grants: &[PathBuf],
-        services: Box<dyn AdapterServices>,
-    ) -> (
-        Result<Result<Planned, PlanFailure>, ComponentError>,
-        Option<SpentInstance>,
-    ) {
         if services.answers_at_once()
             && let Some(_inline) = self.inline_permit()
         {
-            return self.plan_async(component, request, grants, services).await;
+            return self
+                .plan_async(component, request, grants, services)
+                .await
+                .0;
         }
-        let plan = || {
-            wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services))
-        };
+        let plan = || self.plan(component, request, grants, services);
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(plan),
             _ => std::thread::scope(|scope| {
@@ -184,7 +167,8 @@ impl ComponentHost {
     /// decides where.
     ///
     /// Beside the plan, the instance that made it when spares are kept,
-    /// to be dropped by the caller (see [`SpentInstance`]).
+    /// to be dropped by the caller (see [`SpentInstance`]): dropping it
+    /// hands it to the spares' thread.
     pub async fn plan_async(
         &self,
         component: &LoadedComponent,

@@ -9,12 +9,8 @@
 //! its own context (views, services, grants, input). The spent store goes
 //! to a thread of the host's, which drops it and then makes the next
 //! spare. Each instance still serves one call only: nothing of one call
-//! reaches the next.
-//!
-//! Handing the spent store over wakes that thread, which costs the caller
-//! a system call. A caller with something to wait for next (the process,
-//! request or call a plan asked for) keeps the store as a [`SpentInstance`]
-//! and lets it go once that wait has begun.
+//! reaches the next. The spent store travels as a [`SpentInstance`],
+//! handed over when dropped.
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -100,9 +96,8 @@ const CHORES_QUEUED: usize = 4;
 
 /// Stores held at most besides those of calls under way: a spare of each
 /// kind, the chores queued, the one the thread is dropping, and those
-/// spent by calls whose callers have not yet let them go (a
-/// [`SpentInstance`] is dropped at its caller's next wait, so one per
-/// thread that polls tasks: taken as two per core).
+/// spent by calls whose callers are handing them over (one per thread
+/// that calls, taken as two per core).
 pub(crate) fn stores_held() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     CHORES_QUEUED + 3 + 2 * cores

@@ -584,42 +584,6 @@ fn every_plan_has_an_instance_no_other_plan_touched() {
     }
 }
 
-/// A caller may keep the instance its plan used until it next waits:
-/// plans made while a core's worth of kept instances are held (two per
-/// core, the most a host's callers hold at once) are each answered by an
-/// instance no other plan touched, and so are those after they go back.
-#[test]
-fn plans_whose_callers_keep_their_instances_each_have_a_new_one() {
-    let (host, adapter) = remembering_host();
-    let views = tempfile::tempdir().unwrap();
-    let grants = [views.path().to_owned()];
-    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let mut kept = Vec::new();
-    for round in 0..2 * cores {
-        let request = plan_request(serde_json::json!({"secret": round}));
-        let (planned, spent) = runtime.block_on(host.plan_on_task_keeping(
-            &adapter,
-            &request,
-            &grants,
-            Box::new(NoServices),
-        ));
-        let rye_components::PlannedAction::Process(process) = planned.unwrap().unwrap().action
-        else {
-            panic!("not a process plan");
-        };
-        assert_eq!(process.args, ["1", "", "0"], "round {round}");
-        kept.push(spent.expect("a host that makes spares hands the instance back"));
-        plan_on_a_new_instance(&host, &adapter, &grants, round);
-    }
-    drop(kept);
-    for round in 0..20 {
-        plan_on_a_new_instance(&host, &adapter, &grants, round);
-    }
-}
-
 /// The nice value of this process's thread named `name`, if one runs.
 fn nice_of_thread(name: &str) -> Option<i64> {
     std::fs::read_dir("/proc/self/task").ok()?.find_map(|task| {

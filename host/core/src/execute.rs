@@ -756,8 +756,6 @@ struct ToolRun<'a> {
     /// The run's thread record being written, waited for before the run
     /// acts on the world.
     begun: Option<crate::threads::Begun>,
-    /// The adapter instance of this run's plan, until it is handed back.
-    spent_adapter: Option<rye_components::SpentInstance>,
     /// The run's thread, when it is recorded.
     thread_id: Option<String>,
 }
@@ -782,7 +780,6 @@ impl<'a> ToolRun<'a> {
             timings: Timings::default(),
             timed_out: false,
             counts: None,
-            spent_adapter: None,
             begun: None,
             thread_id: None,
         }
@@ -809,26 +806,22 @@ impl<'a> ToolRun<'a> {
             return Ok(self.record(&chain, &lock, ran));
         }
         let planned = self.plan(&chain).await?;
-        let spent = self.spent_adapter.take();
-        handing_over(spent, async {
-            self.verify_deps(&chain, &planned.notes)?;
-            // The record was being written while the chain was checked and
-            // planned; the run's effects start once it names them.
-            if let Some(begun) = self.begun.take() {
-                begun.wait().await;
+        self.verify_deps(&chain, &planned.notes)?;
+        // The record was being written while the chain was checked and
+        // planned; the run's effects start once it names them.
+        if let Some(begun) = self.begun.take() {
+            begun.wait().await;
+        }
+        let ran = match &planned.action {
+            PlannedAction::Process(plan) => {
+                let outcome = self.run(plan).await?;
+                self.timed_out = outcome.timed_out;
+                Ran::process(&outcome, plan.timeout_ms)
             }
-            let ran = match &planned.action {
-                PlannedAction::Process(plan) => {
-                    let outcome = self.run(plan).await?;
-                    self.timed_out = outcome.timed_out;
-                    Ran::process(&outcome, plan.timeout_ms)
-                }
-                PlannedAction::Http(request) => self.send(&chain, request).await?,
-                PlannedAction::Mcp(call) => self.call_mcp(&chain, call).await?,
-            };
-            Ok(self.record(&chain, &lock, ran))
-        })
-        .await
+            PlannedAction::Http(request) => self.send(&chain, request).await?,
+            PlannedAction::Mcp(call) => self.call_mcp(&chain, call).await?,
+        };
+        Ok(self.record(&chain, &lock, ran))
     }
 
     fn step(&mut self, step: Step) {
@@ -958,15 +951,14 @@ impl<'a> ToolRun<'a> {
             Err(e) => Err(e),
             // Made on this task where it can be (see `plan_on_task`).
             Ok(asking) => {
-                let (planned, spent) = (self.rye.components)
-                    .plan_on_task_keeping(
+                let planned = (self.rye.components)
+                    .plan_on_task(
                         &asking.adapter,
                         &asking.request,
                         &asking.grants,
                         Box::new(asking.services),
                     )
                     .await;
-                self.spent_adapter = spent;
                 asking.answer.checked(chain, planned)
             }
         };
@@ -1437,21 +1429,4 @@ fn describe(private: &rye_http::Private) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     }
-}
-
-/// Runs `work`, dropping `spent` once `work` first waits (or ends), so
-/// that handing the plan's instance back is done while the run waits for
-/// its process, request or call rather than before it starts.
-async fn handing_over<T>(
-    spent: Option<rye_components::SpentInstance>,
-    work: impl Future<Output = T>,
-) -> T {
-    let mut spent = spent;
-    let mut work = std::pin::pin!(work);
-    std::future::poll_fn(|cx| {
-        let polled = work.as_mut().poll(cx);
-        drop(spent.take());
-        polled
-    })
-    .await
 }
