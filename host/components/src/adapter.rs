@@ -11,7 +11,7 @@ use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
-use crate::spare::{Made, Spare, SpareKey, SpentInstance};
+use crate::spare::{Made, Spare, SpareKey};
 use crate::world::World;
 
 /// One element of the chain an adapter plans for.
@@ -113,7 +113,7 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services)).0
+        wasmtime_wasi::runtime::in_tokio(self.plan_async(component, request, grants, services))
     }
 
     /// Asks a runtime adapter for the plan of one execution from an async
@@ -136,10 +136,7 @@ impl ComponentHost {
         if services.answers_at_once()
             && let Some(_inline) = self.inline_permit()
         {
-            return self
-                .plan_async(component, request, grants, services)
-                .await
-                .0;
+            return self.plan_async(component, request, grants, services).await;
         }
         let plan = || self.plan(component, request, grants, services);
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
@@ -165,36 +162,12 @@ impl ComponentHost {
     /// `services` run no command (a chain element's declared resolve
     /// command blocks until it exits); [`ComponentHost::plan_on_task`]
     /// decides where.
-    ///
-    /// Beside the plan, the instance that made it when spares are kept,
-    /// to be dropped by the caller (see [`SpentInstance`]): dropping it
-    /// hands it to the spares' thread.
     pub async fn plan_async(
         &self,
         component: &LoadedComponent,
         request: &PlanRequest,
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
-    ) -> (
-        Result<Result<Planned, PlanFailure>, ComponentError>,
-        Option<SpentInstance>,
-    ) {
-        let mut spent = None;
-        let planned = self
-            .plan_in(component, request, grants, services, &mut spent)
-            .await;
-        (planned, spent)
-    }
-
-    /// The plan of [`ComponentHost::plan_async`], the instance it used put
-    /// in `spent`.
-    async fn plan_in(
-        &self,
-        component: &LoadedComponent,
-        request: &PlanRequest,
-        grants: &[PathBuf],
-        services: Box<dyn AdapterServices>,
-        spent: &mut Option<SpentInstance>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
         let fail = |kind| ComponentError {
             path: component.path.clone(),
@@ -282,7 +255,7 @@ impl ComponentHost {
             store.data_mut().slot = None;
             store.data_mut().services = None;
             let (engine, pre) = (self.engine().clone(), pre.clone());
-            *spent = Some(self.spares.after(store, key, false, move |runtime| {
+            let spent = self.spares.after(store, key, false, move |runtime| {
                 let mut state = CallState::sandboxed(limits.memory);
                 state.world = Some(World::RuntimeAdapter);
                 let mut store = deadline_store(&engine, state, limits.deadline);
@@ -292,7 +265,10 @@ impl ComponentHost {
                     store,
                     made: Made::Adapter(adapter),
                 })
-            }));
+            });
+            // Handed over now: the spares' thread starts before the run's
+            // request goes out.
+            drop(spent);
         } else {
             drop(store);
         }

@@ -61,7 +61,6 @@ pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
 };
 pub use services::{AdapterServices, PluginSpace};
-pub use spare::SpentInstance;
 pub use validate::{
     ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, SchemaRef, Subject, Validated, ValidatorInfo,
 };

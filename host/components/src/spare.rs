@@ -75,7 +75,7 @@ pub(crate) struct Spares {
 
 /// An instance a call has used, handed to the spares' thread (dropped
 /// there, and the next spare made) when this is dropped.
-pub struct SpentInstance {
+pub(crate) struct SpentInstance {
     chore: Option<Chore>,
     ready: Arc<Mutex<Ready>>,
     chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
