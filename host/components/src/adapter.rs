@@ -11,7 +11,7 @@ use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
-use crate::spare::{Made, Spare, SpareKey};
+use crate::spare::{Kind, Made, Spare, SpareKey};
 use crate::world::World;
 
 /// One element of the chain an adapter plans for.
@@ -255,20 +255,18 @@ impl ComponentHost {
             store.data_mut().slot = None;
             store.data_mut().services = None;
             let (engine, pre) = (self.engine().clone(), pre.clone());
-            let spent = self.spares.after(store, key, false, move |runtime| {
-                let mut state = CallState::sandboxed(limits.memory);
-                state.world = Some(World::RuntimeAdapter);
-                let mut store = deadline_store(&engine, state, limits.deadline);
-                let adapter = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
-                Some(Spare {
-                    key,
-                    store,
-                    made: Made::Adapter(adapter),
-                })
-            });
-            // Handed over now: the spares' thread starts before the run's
-            // request goes out.
-            drop(spent);
+            self.spares
+                .after(store, key, Kind::Adapter, move |runtime| {
+                    let mut state = CallState::sandboxed(limits.memory);
+                    state.world = Some(World::RuntimeAdapter);
+                    let mut store = deadline_store(&engine, state, limits.deadline);
+                    let adapter = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
+                    Some(Spare {
+                        key,
+                        store,
+                        made: Made::Adapter(adapter),
+                    })
+                });
         } else {
             drop(store);
         }

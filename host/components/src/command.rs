@@ -467,31 +467,9 @@ impl ComponentHost {
 }
 
 /// A store that ran a tool: dropping it resets the instance's pooled
-/// memory, which takes longer than a small tool's run, so a caller lets
-/// it go ([`Spent::release`]) once its answer is on its way.
-pub struct Spent(SpentStore);
-
-enum SpentStore {
-    /// Dropped by a task of its own.
-    Store(#[allow(dead_code, reason = "held to be dropped")] wasmtime::Store<CallState>),
-    /// Handed to the spares' thread, which drops it and makes the next
-    /// spare.
-    Spare(#[allow(dead_code, reason = "held to be dropped")] crate::spare::SpentInstance),
-}
-
-impl Spent {
-    /// Lets the store go: to the spares' thread when the host keeps
-    /// spares, else to a task of its own (dropped here outside a runtime).
-    pub fn release(self) {
-        match self.0 {
-            SpentStore::Spare(spent) => drop(spent),
-            SpentStore::Store(store) => match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(async move { drop(store) })),
-                Err(_) => drop(store),
-            },
-        }
-    }
-}
+/// memory, which takes longer than a small tool's run, so a caller may
+/// drop it once its answer is on its way.
+pub struct Spent(#[allow(dead_code, reason = "held to be dropped")] wasmtime::Store<CallState>);
 
 /// A command's run on its caller's task (see [`ComponentHost::async_run`]).
 pub struct AsyncRun {
@@ -507,7 +485,8 @@ type Answer = (
 
 impl AsyncRun {
     /// Runs the command with `grants`, `stdin` as its input: as
-    /// [`ComponentHost::run_command`] answers, and the spent store. It
+    /// [`ComponentHost::run_command`] answers, and the spent store (none
+    /// when the host keeps spares: their thread took it). It
     /// runs on the caller's task until it ends or reaches an epoch tick;
     /// a run still going at a tick goes on on a blocking thread, so a
     /// long run never holds an async worker.
@@ -603,22 +582,23 @@ impl AsyncRun {
         drop(permit);
         let settled = host.settle(&command, &grants, &mut store, started, ran);
         if !spares {
-            return (Ok(settled), Some(Spent(SpentStore::Store(store))));
+            return (Ok(settled), Some(Spent(store)));
         }
         // The spent store goes to the spares' thread, which then makes
         // the next instance of this command with the same memory cap.
         let (engine, pre, deadline) = (host.engine().clone(), pre.clone(), grants.limits.deadline);
-        let spent = host.spares.after(store, key, true, move |runtime| {
-            let state = CallState::sandboxed(key.memory);
-            let mut store = crate::host::deadline_store(&engine, state, deadline);
-            let made = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
-            Some(crate::spare::Spare {
-                key,
-                store,
-                made: crate::spare::Made::Command(made),
-            })
-        });
-        (Ok(settled), Some(Spent(SpentStore::Spare(spent))))
+        host.spares
+            .after(store, key, crate::spare::Kind::Command, move |runtime| {
+                let state = CallState::sandboxed(key.memory);
+                let mut store = crate::host::deadline_store(&engine, state, deadline);
+                let made = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
+                Some(crate::spare::Spare {
+                    key,
+                    store,
+                    made: crate::spare::Made::Command(made),
+                })
+            });
+        (Ok(settled), None)
     }
 }
 

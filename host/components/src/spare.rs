@@ -9,8 +9,7 @@
 //! its own context (views, services, grants, input). The spent store goes
 //! to a thread of the host's, which drops it and then makes the next
 //! spare. Each instance still serves one call only: nothing of one call
-//! reaches the next. The spent store travels as a [`SpentInstance`],
-//! handed over when dropped.
+//! reaches the next.
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -42,11 +41,18 @@ pub(crate) enum Made {
     Command(wasmtime_wasi::p2::bindings::Command),
 }
 
+/// The kinds of instance, each the index of its slot in [`Ready`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Adapter = 0,
+    Command = 1,
+}
+
 impl Made {
-    fn kind(&self) -> usize {
+    fn kind(&self) -> Kind {
         match self {
-            Made::Adapter(_) => 0,
-            Made::Command(_) => 1,
+            Made::Adapter(_) => Kind::Adapter,
+            Made::Command(_) => Kind::Command,
         }
     }
 }
@@ -59,7 +65,7 @@ type Ready = [Option<Spare>; 2];
 struct Chore {
     spent: Store<CallState>,
     key: SpareKey,
-    kind: usize,
+    kind: Kind,
     make: Box<Make>,
 }
 
@@ -70,23 +76,7 @@ type Make = dyn FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send;
 #[derive(Default)]
 pub(crate) struct Spares {
     ready: Arc<Mutex<Ready>>,
-    chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
-}
-
-/// An instance a call has used, handed to the spares' thread (dropped
-/// there, and the next spare made) when this is dropped.
-pub(crate) struct SpentInstance {
-    chore: Option<Chore>,
-    ready: Arc<Mutex<Ready>>,
-    chores: Arc<Mutex<Option<SyncSender<Chore>>>>,
-}
-
-impl Drop for SpentInstance {
-    fn drop(&mut self) {
-        if let Some(chore) = self.chore.take() {
-            hand_over(&self.chores, &self.ready, chore);
-        }
-    }
+    chores: Mutex<Option<SyncSender<Chore>>>,
 }
 
 /// Chores waiting at most: past them (the thread starved by a host busy
@@ -96,8 +86,7 @@ const CHORES_QUEUED: usize = 4;
 
 /// Stores held at most besides those of calls under way: a spare of each
 /// kind, the chores queued, the one the thread is dropping, and those
-/// spent by calls whose callers are handing them over (one per thread
-/// that calls, taken as two per core).
+/// being handed over (one per thread that calls, taken as two per core).
 pub(crate) fn stores_held() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     CHORES_QUEUED + 3 + 2 * cores
@@ -112,7 +101,7 @@ impl Spares {
     /// The spare of adapter `key`, if one is ready. A spare of another
     /// adapter is dropped: one is kept at most.
     pub(crate) fn take_adapter(&self, key: SpareKey) -> Option<(Store<CallState>, RuntimeAdapter)> {
-        match self.take(0, key)? {
+        match self.take(Kind::Adapter, key)? {
             Spare {
                 store,
                 made: Made::Adapter(adapter),
@@ -128,7 +117,7 @@ impl Spares {
         &self,
         key: SpareKey,
     ) -> Option<(Store<CallState>, wasmtime_wasi::p2::bindings::Command)> {
-        match self.take(1, key)? {
+        match self.take(Kind::Command, key)? {
             Spare {
                 store,
                 made: Made::Command(command),
@@ -138,9 +127,9 @@ impl Spares {
         }
     }
 
-    fn take(&self, kind: usize, key: SpareKey) -> Option<Spare> {
+    fn take(&self, kind: Kind, key: SpareKey) -> Option<Spare> {
         let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        match ready[kind].take() {
+        match ready[kind as usize].take() {
             Some(spare) if spare.key == key => Some(spare),
             other => {
                 drop(ready);
@@ -150,58 +139,47 @@ impl Spares {
         }
     }
 
-    /// `spent`, to go to the thread when dropped, which drops it and
-    /// then, unless a spare of `key` is ready, makes one with `make` (on
-    /// the thread's own runtime, which drives the instantiation). The
-    /// store is dropped where the guard is if the thread cannot be
-    /// started.
+    /// Hands `spent` to the thread to drop, then, unless a spare of
+    /// `key` is ready, `make` to make one of `kind` with (on the thread's
+    /// own runtime, which drives the instantiation). Both are dropped
+    /// here if the thread cannot be started.
     pub(crate) fn after(
         &self,
         spent: Store<CallState>,
         key: SpareKey,
-        command: bool,
+        kind: Kind,
         make: impl FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send + 'static,
-    ) -> SpentInstance {
-        SpentInstance {
-            chore: Some(Chore {
-                spent,
-                key,
-                kind: usize::from(command),
-                make: Box::new(make),
-            }),
-            ready: Arc::clone(&self.ready),
-            chores: Arc::clone(&self.chores),
+    ) {
+        let mut chores = self.chores.lock().unwrap_or_else(|e| e.into_inner());
+        if chores.is_none() {
+            let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
+            let ready = Arc::clone(&self.ready);
+            let started = std::thread::Builder::new()
+                .name("rye-spares".into())
+                .spawn(move || work(&receive, &ready));
+            if started.is_err() {
+                return;
+            }
+            *chores = Some(send);
         }
+        let chore = Chore {
+            spent,
+            key,
+            kind,
+            make: Box::new(make),
+        };
+        let refused = match chores.as_ref().expect("started above").try_send(chore) {
+            Ok(()) => None,
+            Err(TrySendError::Full(chore)) => Some(chore),
+            Err(TrySendError::Disconnected(chore)) => {
+                *chores = None;
+                Some(chore)
+            }
+        };
+        // A refused chore's store is dropped here, outside the lock.
+        drop(chores);
+        drop(refused);
     }
-}
-
-/// Sends `chore` to the spares' thread, starting it first if need be.
-fn hand_over(chores: &Mutex<Option<SyncSender<Chore>>>, ready: &Arc<Mutex<Ready>>, chore: Chore) {
-    let mut chores = chores.lock().unwrap_or_else(|e| e.into_inner());
-    if chores.is_none() {
-        let (send, receive) = std::sync::mpsc::sync_channel(CHORES_QUEUED);
-        let ready = Arc::clone(ready);
-        let started = std::thread::Builder::new()
-            .name("rye-spares".into())
-            .spawn(move || work(&receive, &ready));
-        if started.is_err() {
-            drop(chores);
-            drop(chore);
-            return;
-        }
-        *chores = Some(send);
-    }
-    let refused = match chores.as_ref().expect("started above").try_send(chore) {
-        Ok(()) => None,
-        Err(TrySendError::Full(chore)) => Some(chore),
-        Err(TrySendError::Disconnected(chore)) => {
-            *chores = None;
-            Some(chore)
-        }
-    };
-    // A refused chore's store is dropped here, outside the lock.
-    drop(chores);
-    drop(refused);
 }
 
 /// The thread: while the host lives, drop what is spent and make spares.
@@ -224,14 +202,17 @@ fn work(chores: &Receiver<Chore>, ready: &Mutex<Ready>) {
     {
         drop(spent);
         let kept = ready.lock().unwrap_or_else(|e| e.into_inner());
-        if kept[kind].as_ref().is_some_and(|spare| spare.key == key) {
+        if kept[kind as usize]
+            .as_ref()
+            .is_some_and(|spare| spare.key == key)
+        {
             continue;
         }
         drop(kept);
         let Some(spare) = make(&runtime) else {
             continue;
         };
-        let slot = spare.made.kind();
+        let slot = spare.made.kind() as usize;
         let old = ready.lock().unwrap_or_else(|e| e.into_inner())[slot].replace(spare);
         drop(old);
     }

@@ -407,7 +407,7 @@ impl ToolRun<'_> {
         let ran = if let Some(run) = self.rye.components.async_run(&loaded) {
             let (ran, spent) = run.run(grants, stdin).await;
             if let Some(spent) = spent {
-                spent.release();
+                tokio::spawn(async move { drop(spent) });
             }
             ran
         } else {
