@@ -471,3 +471,62 @@ fn runs_on_spare_instances_see_only_their_own_grants_and_input() {
     });
     assert_serves(&host);
 }
+
+/// Each limit stops a run on a spare instance as on one made for it, and
+/// the runs after it are answered: a loop past its deadline, memory past
+/// its cap (the spare made with that cap, its first memory counted), and
+/// output past its cap.
+#[test]
+fn each_limit_stops_a_run_on_a_spare_instance() {
+    let host = std::sync::Arc::new(
+        ComponentHost::new(HostConfig {
+            spares: true,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let loaded = probe(&host);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let echo = br#"{"do": "echo", "value": 1}"#;
+    let mut deadline = grants();
+    deadline.limits.deadline = Duration::from_millis(300);
+    let mut memory = grants();
+    memory.limits.memory = 32 << 20;
+    let mut output = grants();
+    output.output_cap = 64 << 10;
+    let cases = [
+        (
+            deadline,
+            "loop",
+            CommandStop::Deadline(Duration::from_millis(300)),
+        ),
+        (memory, "allocate", CommandStop::Memory(32 << 20)),
+        (output, "flood", CommandStop::Output(64 << 10)),
+    ];
+    runtime.block_on(async {
+        for (granted, action, stop) in cases {
+            // A run with the same cap first, and time for the spares'
+            // thread, so that the run past the limit takes a spare.
+            let run = host.async_run(&loaded).unwrap();
+            let (answer, _) = run.run(granted.clone(), echo.to_vec()).await;
+            assert_eq!(answer.unwrap().unwrap().exit_code, 0);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let run = host.async_run(&loaded).unwrap();
+            let asked = json!({"do": action}).to_string().into_bytes();
+            let (answer, _) = run.run(granted.clone(), asked).await;
+            assert_eq!(answer.unwrap().unwrap_err(), stop, "{action}");
+            let run = host.async_run(&loaded).unwrap();
+            let (answer, _) = run.run(granted, echo.to_vec()).await;
+            let answer = answer.unwrap().unwrap();
+            assert_eq!(
+                serde_json::from_slice::<Value>(&answer.stdout).unwrap(),
+                json!({"echo": 1}),
+                "after {action}"
+            );
+        }
+    });
+    assert_serves(&host);
+}
