@@ -8,7 +8,9 @@
 //! per execute over executes back to back, and executes and raw spawns
 //! interleaved one by one or each after an idle spell, and an MCP `ping`
 //! (the transport's own round trip) back to back, between spawns and
-//! after an idle spell.
+//! after an idle spell. Last, how much of the server's memory a `ping`
+//! and an execute touch, and what an idle spell costs a plain pass over
+//! a buffer of the same order, with no Rye in it.
 //!
 //! Each tool answers its parameters back: the component is tool-probe
 //! (`{"do": "echo", "value": 1}` → `{"echo": 1}`), the bash tool is
@@ -296,6 +298,82 @@ fn main() {
             IDLE.as_millis(),
             ms(median(idle))
         );
+        // How much of the server's memory one call touches (code, data
+        // and stacks, in whole pages, its work off the reply's path
+        // included): what an idle spell makes it fetch again.
+        let (mut pinged, mut executed) = (Vec::new(), Vec::new());
+        for _ in 0..TOUCH_SAMPLES {
+            pinged.push(touched(pid, ping(&client)).await);
+            executed.push(touched(pid, execute(&client, &component)).await);
+        }
+        match (median_of(pinged), median_of(executed)) {
+            (Some(ping_kib), Some(execute_kib)) => println!(
+                "memory the server touches for one call (median of {TOUCH_SAMPLES}): ping {ping_kib} KiB, \
+                 component execute {execute_kib} KiB"
+            ),
+            _ => println!("memory the server touches: /proc/<pid>/clear_refs is not available here"),
+        }
         client.cancel().await.unwrap();
     });
+    // The machine's own toll for an idle spell, with no Rye in it: one
+    // read of every cache line of a buffer, back to back and after the
+    // same 3 ms sleep as above.
+    for mib in [1, 4, 16] {
+        let buffer = std::hint::black_box(vec![1u8; mib << 20]);
+        let back_to_back: Vec<Duration> = (0..WALKS).map(|_| walk(&buffer)).collect();
+        let idle: Vec<Duration> = (0..WALKS)
+            .map(|_| {
+                std::thread::sleep(IDLE);
+                walk(&buffer)
+            })
+            .collect();
+        let (b, i) = (median(back_to_back), median(idle));
+        println!(
+            "one pass over {mib} MiB: back to back {:.0} us, after {} ms idle {:.0} us ({:.1}x)",
+            b.as_secs_f64() * 1e6,
+            IDLE.as_millis(),
+            i.as_secs_f64() * 1e6,
+            i.as_secs_f64() / b.as_secs_f64()
+        );
+    }
+}
+
+const TOUCH_SAMPLES: usize = 7;
+const WALKS: usize = 500;
+
+/// Reads one byte of each 64-byte line of `buffer`.
+fn walk(buffer: &[u8]) -> Duration {
+    let started = Instant::now();
+    let sum = buffer
+        .iter()
+        .step_by(64)
+        .fold(0u64, |sum, &byte| sum.wrapping_add(u64::from(byte)));
+    std::hint::black_box(sum);
+    started.elapsed()
+}
+
+/// The KiB of process `pid`'s memory that `call` touches, from the
+/// pages' referenced bits: cleared through `/proc/<pid>/clear_refs`,
+/// summed from `smaps_rollup` once the work a call leaves behind is
+/// done. `None` where the kernel does not allow it.
+async fn touched<T>(pid: u32, call: impl std::future::Future<Output = T>) -> Option<u64> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "1").ok()?;
+    call.await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix("Referenced:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn median_of(samples: Vec<Option<u64>>) -> Option<u64> {
+    let mut samples: Vec<u64> = samples.into_iter().collect::<Option<_>>()?;
+    samples.sort_unstable();
+    Some(samples[samples.len() / 2])
 }
