@@ -33,9 +33,9 @@ const PAIRS: usize = 1_000;
 /// The idle spell before each side of the pairs that measure both idle.
 const IDLE: Duration = Duration::from_millis(3);
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median<T: Ord + Copy>(mut samples: Vec<T>) -> T {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -372,8 +372,7 @@ async fn touched<T>(pid: u32, call: impl std::future::Future<Output = T>) -> Opt
         .ok()
 }
 
+/// The median of `samples`, if every one was taken.
 fn median_of(samples: Vec<Option<u64>>) -> Option<u64> {
-    let mut samples: Vec<u64> = samples.into_iter().collect::<Option<_>>()?;
-    samples.sort_unstable();
-    Some(samples[samples.len() / 2])
+    samples.into_iter().collect::<Option<_>>().map(median)
 }
