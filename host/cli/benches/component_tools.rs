@@ -17,6 +17,8 @@
 //! `rye/bash/bash` running `cat`, the Python tool a script that loads
 //! stdin and prints it.
 
+mod common;
+
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -50,7 +52,7 @@ fn call(arguments: Value) -> CallToolRequestParams {
 }
 
 fn rye(home: &Path, project: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rye"))
+    let out = Command::new(common::rye_binary())
         .args(args)
         .current_dir(project)
         .env("HOME", home)
@@ -61,7 +63,7 @@ fn rye(home: &Path, project: &Path, args: &[&str]) {
 }
 
 async fn start(home: &Path, cache: &Path) -> (RunningService<RoleClient, ()>, u32) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rye"));
+    let mut command = tokio::process::Command::new(common::rye_binary());
     command
         .arg("serve")
         .env("HOME", home)

@@ -25,6 +25,8 @@
 //!    deadline, `rye serve`'s peak memory before and after, and a healthy
 //!    call after them.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -99,7 +101,7 @@ impl Places {
 
     fn rye(&self, args: &[&str]) {
         let out = self
-            .command(env!("CARGO_BIN_EXE_rye"))
+            .command(common::rye_binary())
             .args(args)
             .output()
             .unwrap();
@@ -111,7 +113,7 @@ impl Places {
         );
     }
 
-    fn command(&self, program: &str) -> Command {
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new(program);
         command
             .current_dir(self.project.path())
@@ -240,7 +242,7 @@ fn main() {
             server.cancel().await.unwrap();
         }
 
-        let command = places.command(env!("CARGO_BIN_EXE_rye"));
+        let command = places.command(common::rye_binary());
         let mut command = tokio::process::Command::from(command);
         command.arg("serve");
         let transport = TokioChildProcess::new(command).unwrap();
