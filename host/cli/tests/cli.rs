@@ -2382,3 +2382,21 @@ fn the_file_search_example_finds_lines_with_only_read_access_to_the_project() {
         "{refused:#}"
     );
 }
+
+/// `link-order.txt` lays out a release build's code (`build.rs`); a
+/// regenerated file (`.ci/link-order`) must hold symbol names, each once,
+/// and enough of them to be the functions of a call.
+#[test]
+fn the_link_order_is_symbol_names_each_once() {
+    let order = include_str!("../link-order.txt");
+    let mut seen = std::collections::HashSet::new();
+    for (n, name) in order.lines().enumerate() {
+        let symbol = name.starts_with(|c: char| c.is_ascii_alphabetic() || "_.$".contains(c))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.$".contains(c));
+        assert!(symbol, "line {}: {name:?} is no symbol name", n + 1);
+        assert!(seen.insert(name), "line {}: {name} a second time", n + 1);
+    }
+    assert!(seen.len() >= 1000, "{} names", seen.len());
+}
