@@ -31,12 +31,14 @@ fn main() {
         && !flags.contains("profile-use")
         && !flags.contains("profile-generate");
     if wanted && order.is_file() {
-        println!(
-            "cargo:rustc-link-arg-bin=rye=-Wl,--symbol-ordering-file={}",
-            order.display()
-        );
+        // Each through -Xlinker, whole: a path may hold a comma, which
+        // -Wl would split at.
+        let ordering = format!("--symbol-ordering-file={}", order.display());
         // Names the build no longer has (the file is older than the code)
         // are passed over without a word.
-        println!("cargo:rustc-link-arg-bin=rye=-Wl,--no-warn-symbol-ordering");
+        for arg in [ordering.as_str(), "--no-warn-symbol-ordering"] {
+            println!("cargo:rustc-link-arg-bin=rye=-Xlinker");
+            println!("cargo:rustc-link-arg-bin=rye={arg}");
+        }
     }
 }
