@@ -42,11 +42,9 @@ struct Pending {
 struct Finished {
     id: String,
     status: Status,
-    /// The canonical bytes of the run's `execution_result` object.
-    object: Vec<u8>,
-    /// The result's `error`, and its `chain`.
-    error: Option<String>,
-    chain: Option<Value>,
+    /// The run's result, whose `execution_result` object is written out
+    /// by the writer, off the reply's path.
+    result: Value,
     whole: Option<(NewThread, i64)>,
 }
 
@@ -391,21 +389,13 @@ impl Recording {
             _ if timed_out => Status::TimedOut,
             _ => Status::Error,
         };
-        // Written out now rather than copied: the caller answers with
-        // `result` once this returns, and the bytes are what is stored.
-        let thread_id = Value::from(self.id.as_str());
+        // Copied, not written out: the caller answers with `result` once
+        // this returns, and a copy costs a fraction of its canonical
+        // bytes, which the writer makes after the answer.
         let finished = Finished {
-            object: rye_cas::object_bytes(
-                "execution_result",
-                &[("thread_id", &thread_id), ("result", result)],
-            ),
+            result: result.clone(),
             id: self.id.clone(),
             status,
-            error: result
-                .get("error")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            chain: result.get("chain").cloned(),
             whole,
         };
         let first = {
@@ -489,8 +479,17 @@ const KEPT_IN_REGISTRY: usize = 64 * 1024;
 /// Stores the result object of `run`; how its thread ends (with an error
 /// saying the result was not stored, if so).
 async fn stored(recorder: &Recorder, run: &Finished) -> Ending {
-    let (id, status, bytes) = (&run.id, run.status, &run.object);
-    let (error, chain) = (run.error.clone(), run.chain.clone());
+    let (id, status, result) = (&run.id, run.status, &run.result);
+    let error = result
+        .get("error")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let chain = result.get("chain").cloned();
+    let thread_id = Value::from(id.as_str());
+    let bytes = &rye_cas::object_bytes(
+        "execution_result",
+        &[("thread_id", &thread_id), ("result", result)],
+    );
     let (hash, kept) = if bytes.len() <= KEPT_IN_REGISTRY {
         (rye_cas::ContentHash::of(bytes), Some(Arc::from(&bytes[..])))
     } else {
