@@ -920,10 +920,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             drop(out);
             contain_runs();
+            // A worker about to go idle, its call answered, drops the
+            // call's spent instance and makes the next, rather than
+            // waking a thread for it before the answer is out.
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
+                .on_thread_park(rye_host::idle_chores)
                 .build()
                 .context("starting the async runtime")?;
+            rye_host::chores_when_idle();
             let rye = std::sync::Arc::new(rye);
             runtime.spawn(stop_runs_on_signal(rye.clone()));
             let mut server = rye_mcp::RyeServer::new(rye);

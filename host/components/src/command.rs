@@ -584,14 +584,15 @@ impl AsyncRun {
         if !spares {
             return (Ok(settled), Some(Spent(store)));
         }
-        // The spent store goes to the spares' thread, which then makes
-        // the next instance of this command with the same memory cap.
+        // The spent store goes to the spares' thread (once the call is
+        // answered, where workers hand it on), which then makes the next
+        // instance of this command with the same memory cap.
         let (engine, pre, deadline) = (host.engine().clone(), pre.clone(), grants.limits.deadline);
         host.spares
-            .after(store, key, crate::spare::Kind::Command, move |runtime| {
+            .after(store, key, crate::spare::Kind::Command, move || {
                 let state = CallState::sandboxed(key.memory);
                 let mut store = crate::host::deadline_store(&engine, state, deadline);
-                let made = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
+                let made = crate::spare::finish(pre.instantiate_async(&mut store)).ok()?;
                 Some(crate::spare::Spare {
                     key,
                     store,

@@ -61,6 +61,7 @@ pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
 };
 pub use services::{AdapterServices, PluginSpace};
+pub use spare::{Busy, IDLE_QUEUED, chores_when_idle, idle_chores, idle_chores_waiting};
 pub use validate::{
     ChainLink, ItemSubject, MAX_FINDINGS, MAX_TEXT, SchemaRef, Subject, Validated, ValidatorInfo,
 };

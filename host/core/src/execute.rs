@@ -148,6 +148,7 @@ impl Rye {
     /// the host itself does not fail.
     pub async fn execute(self: &Arc<Self>, request: &ExecuteRequest) -> Value {
         let started = Instant::now();
+        let _busy = rye_components::Busy::new();
         if let Err(e) = rye_space::validate_id(&request.id) {
             return failure(request.kind, &request.id, &e.into(), started);
         }

@@ -77,6 +77,8 @@ pub use reply::{
     SignEntry, SignReply, Took, ToolMetadata, ToolReply, Truncated, echo,
 };
 pub use rye::Rye;
+/// For a server's async runtime: see [`rye_components::chores_when_idle`].
+pub use rye_components::{chores_when_idle, idle_chores};
 pub use rye_threads::{Status as ThreadStatus, Thread};
 pub use thread_view::{Pruned, ThreadView};
 
