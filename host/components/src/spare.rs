@@ -237,9 +237,9 @@ struct Thread {
 const CHORES_QUEUED: usize = 4;
 
 /// Stores held at most besides those of calls under way: a spare of each
-/// kind, the chores queued for the thread and for idle workers, the one
-/// the thread is dropping, and those being handed over or done by a
-/// worker (one per thread that calls, taken as two per core).
+/// kind, the chores queued for the thread and those waiting for idle
+/// workers, the one the thread is dropping, and those being handed over
+/// (one per thread that calls, taken as two per core).
 pub(crate) fn stores_held() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     CHORES_QUEUED + IDLE_QUEUED + 3 + 2 * cores
