@@ -255,17 +255,18 @@ impl ComponentHost {
             store.data_mut().slot = None;
             store.data_mut().services = None;
             let (engine, pre) = (self.engine().clone(), pre.clone());
-            self.spares.after(store, key, Kind::Adapter, move || {
-                let mut state = CallState::sandboxed(limits.memory);
-                state.world = Some(World::RuntimeAdapter);
-                let mut store = deadline_store(&engine, state, limits.deadline);
-                let adapter = crate::spare::finish(pre.instantiate_async(&mut store)).ok()?;
-                Some(Spare {
-                    key,
-                    store,
-                    made: Made::Adapter(adapter),
-                })
-            });
+            self.spares
+                .after(store, key, Kind::Adapter, move |runtime| {
+                    let mut state = CallState::sandboxed(limits.memory);
+                    state.world = Some(World::RuntimeAdapter);
+                    let mut store = deadline_store(&engine, state, limits.deadline);
+                    let adapter = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
+                    Some(Spare {
+                        key,
+                        store,
+                        made: Made::Adapter(adapter),
+                    })
+                });
         } else {
             drop(store);
         }

@@ -589,10 +589,10 @@ impl AsyncRun {
         // instance of this command with the same memory cap.
         let (engine, pre, deadline) = (host.engine().clone(), pre.clone(), grants.limits.deadline);
         host.spares
-            .after(store, key, crate::spare::Kind::Command, move || {
+            .after(store, key, crate::spare::Kind::Command, move |runtime| {
                 let state = CallState::sandboxed(key.memory);
                 let mut store = crate::host::deadline_store(&engine, state, deadline);
-                let made = crate::spare::finish(pre.instantiate_async(&mut store)).ok()?;
+                let made = runtime.block_on(pre.instantiate_async(&mut store)).ok()?;
                 Some(crate::spare::Spare {
                     key,
                     store,

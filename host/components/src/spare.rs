@@ -80,9 +80,10 @@ struct Chore {
 }
 
 impl Chore {
-    /// Drops the spent store, then makes a spare into `ready` unless one
-    /// of the same component is there.
-    fn done(self, ready: &Mutex<Ready>) {
+    /// Drops the spent store, then makes a spare into `ready` (on
+    /// `runtime`, which drives the instantiation) unless one of the same
+    /// component is there.
+    fn done(self, ready: &Mutex<Ready>, runtime: &tokio::runtime::Runtime) {
         let Chore {
             spent,
             key,
@@ -98,7 +99,7 @@ impl Chore {
             return;
         }
         drop(kept);
-        let Some(spare) = make() else {
+        let Some(spare) = make(runtime) else {
             return;
         };
         let slot = spare.made.kind() as usize;
@@ -107,22 +108,8 @@ impl Chore {
     }
 }
 
-/// Makes a spare.
-type Make = dyn FnOnce() -> Option<Spare> + Send;
-
-/// Runs `future` to its end on this thread. For making instances: their
-/// stores trap at their deadline rather than yield, and nothing in
-/// making one waits on I/O or time, so the first poll ends it.
-pub(crate) fn finish<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        std::thread::yield_now();
-    }
-}
+/// Makes a spare, on the runtime given.
+type Make = dyn FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send;
 
 /// Chores left for workers going idle, with the spares they make.
 struct Idle {
@@ -301,7 +288,7 @@ impl Spares {
         spent: Store<CallState>,
         key: SpareKey,
         kind: Kind,
-        make: impl FnOnce() -> Option<Spare> + Send + 'static,
+        make: impl FnOnce(&tokio::runtime::Runtime) -> Option<Spare> + Send + 'static,
     ) {
         let chore = Chore {
             spent,
@@ -350,7 +337,12 @@ fn work(chores: &Receiver<Chore>, ready: &Mutex<Ready>) {
     // On Linux a nice value set for a thread id is that thread's alone.
     // Failing to lower it leaves the thread as it was.
     let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), SPARES_NICE);
+    // Instances are made asynchronously (their imports are); nothing in
+    // making one waits on I/O or time, so a bare runtime drives it.
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
     while let Ok(chore) = chores.recv() {
-        chore.done(ready);
+        chore.done(ready, &runtime);
     }
 }
