@@ -920,9 +920,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             drop(out);
             contain_runs();
-            // A worker about to go idle, its call answered, drops the
-            // call's spent instance and makes the next, rather than
-            // waking a thread for it before the answer is out.
+            // A worker about to go idle, once no call is under way,
+            // hands the calls' spent instances to the spares' thread,
+            // which a call would otherwise wake before its answer is out.
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_park(rye_host::idle_chores)
