@@ -151,9 +151,10 @@ impl ComponentHost {
     }
 
     /// Asks a runtime adapter for the plan of one execution. It sees
-    /// read-only views of `grants` (and nothing else of the filesystem) and
-    /// asks `services` for anything more. The outer error is a failure of
-    /// the component; the inner one its verdict on the chain.
+    /// read-only views of those of `grants` that open as folders (and
+    /// nothing else of the filesystem) and asks `services` for anything
+    /// more. The outer error is a failure of the component; the inner one
+    /// its verdict on the chain.
     ///
     /// The call runs on the awaiting task itself, on a fiber, and waits on
     /// nothing but the guest: its views are read in place and `services`

@@ -43,8 +43,10 @@ impl CallState {
         Self::granted(memory_cap, &[]).expect("no grants, nothing to fail")
     }
 
-    /// The sandbox plus read-only views of `grants`, each at its own host
-    /// path inside the guest, so paths mean the same on both sides.
+    /// The sandbox plus read-only views of those of `grants` that open as
+    /// folders (a path that is missing or not a folder is left out), each
+    /// at its own host path inside the guest, so paths mean the same on
+    /// both sides.
     pub(crate) fn granted(
         memory_cap: usize,
         grants: &[PathBuf],
@@ -55,7 +57,8 @@ impl CallState {
     }
 
     /// Gives a call not yet made (its instance never called) the views of
-    /// `grants` in place of those it had.
+    /// `grants` in place of those it had, as [`CallState::granted`] makes
+    /// them.
     pub(crate) fn grant(&mut self, grants: &[PathBuf]) -> Result<(), (PathBuf, String)> {
         self.wasi = context(&self.stderr, grants)?;
         Ok(())
@@ -114,7 +117,7 @@ impl CallState {
 }
 
 /// The sandbox's WASI context around `stderr`, with read-only views of
-/// `grants`.
+/// those of `grants` that open as folders.
 fn context(stderr: &MemoryOutputPipe, grants: &[PathBuf]) -> Result<WasiCtx, (PathBuf, String)> {
     let mut builder = WasiCtx::builder();
     builder
@@ -132,9 +135,10 @@ fn context(stderr: &MemoryOutputPipe, grants: &[PathBuf]) -> Result<WasiCtx, (Pa
         let guest = dir
             .to_str()
             .ok_or_else(|| (dir.clone(), "the path is not UTF-8".to_owned()))?;
-        builder
-            .preopened_dir(dir, guest, FsPerms::ReadOnly)
-            .map_err(|e| (dir.clone(), format!("{e:#}")))?;
+        // A path that cannot be opened as a folder is left out, as one
+        // that is not there: asking first whether it is a folder would
+        // only look the path up once more.
+        let _ = builder.preopened_dir(dir, guest, FsPerms::ReadOnly);
     }
     Ok(builder.build())
 }

@@ -584,6 +584,29 @@ fn every_plan_has_an_instance_no_other_plan_touched() {
     }
 }
 
+/// A granted path that is missing, a file, or a link to nowhere is left
+/// out of an adapter's views, on a fresh instance and on a spare alike;
+/// the plan goes on with the folders there are.
+#[test]
+fn grants_that_are_not_folders_are_left_out_of_the_views() {
+    let (host, adapter) = remembering_host();
+    let views = tempfile::tempdir().unwrap();
+    let file = views.path().join("a-file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let dangling = views.path().join("dangling");
+    std::os::unix::fs::symlink(views.path().join("gone"), &dangling).unwrap();
+    let grants = [
+        views.path().join("missing"),
+        views.path().to_owned(),
+        file,
+        dangling,
+    ];
+    for round in 0..4 {
+        plan_on_a_new_instance(&host, &adapter, &grants, round);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The nice value of this process's thread named `name`, if one runs.
 fn nice_of_thread(name: &str) -> Option<i64> {
     std::fs::read_dir("/proc/self/task").ok()?.find_map(|task| {

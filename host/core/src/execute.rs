@@ -325,10 +325,8 @@ impl Rye {
             tool_file: Some(&chain.tool().path),
             home: home.as_deref(),
         };
-        let grants: Vec<PathBuf> = rye_gate::file_views(World::RuntimeAdapter, &views)
-            .into_iter()
-            .filter(|dir| dir.is_dir())
-            .collect();
+        // Those that are not folders are left out as the views are opened.
+        let grants: Vec<PathBuf> = rye_gate::file_views(World::RuntimeAdapter, &views);
         let exposed = self.adapter_env()?;
         if !exposed.withheld.is_empty() {
             log.lock().expect("trace log lock").push(
