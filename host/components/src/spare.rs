@@ -131,6 +131,7 @@ static IDLE: Idle = Idle {
 /// workers leave the chores, since a worker goes idle in the middle of a
 /// call too (waiting on a process, a server), when its answer may come
 /// at any moment.
+#[must_use = "a call is under way only while its `Busy` is held"]
 pub struct Busy(());
 
 impl Busy {
