@@ -78,20 +78,6 @@ async fn start(home: &Path, cache: &Path) -> (RunningService<RoleClient, ()>, u3
     (().serve(transport).await.unwrap(), pid)
 }
 
-/// The CPU time process `pid` has used, in seconds (`utime + stime`,
-/// counted in the kernel's user-visible 100 Hz ticks).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
-}
-
 const BACK_TO_BACK: usize = 2000;
 
 async fn execute(client: &RunningService<RoleClient, ()>, arguments: &Value) -> (Duration, Value) {
@@ -229,12 +215,12 @@ fn main() {
         }
         // What an execute costs the server itself, its records included:
         // its CPU time over executes back to back.
-        let before = cpu_seconds(pid);
+        let before = common::cpu_seconds(pid);
         let mut times = Vec::new();
         for _ in 0..BACK_TO_BACK {
             times.push(execute(&client, &component).await.0);
         }
-        let used = cpu_seconds(pid) - before;
+        let used = common::cpu_seconds(pid) - before;
         println!(
             "component tool, {BACK_TO_BACK} executes back to back: server CPU {:.0} us each, median {:.3} ms",
             used / BACK_TO_BACK as f64 * 1e6,
@@ -244,12 +230,12 @@ fn main() {
         // can make it: each execute followed by a raw spawn, so whatever the
         // machine does meanwhile falls on both alike.
         let (mut executes, mut spawns) = (Vec::new(), Vec::new());
-        let before = cpu_seconds(pid);
+        let before = common::cpu_seconds(pid);
         for _ in 0..PAIRS {
             executes.push(execute(&client, &component).await.0);
             spawns.push(spawn());
         }
-        let used = cpu_seconds(pid) - before;
+        let used = common::cpu_seconds(pid) - before;
         let (execute_ms, spawn_ms) = (ms(median(executes)), ms(median(spawns)));
         println!(
             "{PAIRS} pairs of a component execute then a raw bash -c spawn: execute {execute_ms:.3} ms, \

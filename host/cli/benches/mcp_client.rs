@@ -17,7 +17,8 @@
 //!    `mcp/notes/echo` through Rye; 50 rounds of warm-up, then 500. The
 //!    same for `server-everything`'s `echo` (`mcp/everything/echo`).
 //! 4. 1,000 sequential pooled calls through Rye to each server, and 1,000
-//!    direct calls to each.
+//!    direct calls to each; the CPU time `rye serve` used over those to
+//!    `server-everything` (its threads', from `/proc`), per call.
 //! 5. Hostile servers through the same `rye serve`: one that never answers
 //!    `initialize`, one that writes 200 MB to stdout with no line end, one
 //!    that writes 1 GB to stderr (each with a 1 s start deadline), and a
@@ -301,7 +302,9 @@ fn main() {
         }
         let thousand = sequential(&rye, &call("execute", echo("hi")), 1000).await;
         let thousand_direct = sequential(&server, &call("echo", json!({"text": "hi"})), 1000).await;
+        let cpu_before = common::cpu_seconds(pid);
         let fast_thousand = sequential(&rye, &fast_execute, 1000).await;
+        let fast_thousand_cpu = common::cpu_seconds(pid) - cpu_before;
         let fast_thousand_direct = sequential(&fast, &fast_direct, 1000).await;
         let last = rye.call_tool(call("execute", echo("hi"))).await.unwrap();
         // Where a warm call's time goes, as the host counts it.
@@ -344,6 +347,11 @@ fn main() {
         println!(
             "{:<62} {fast_thousand_direct:>16.1?}",
             "server-everything: 1,000 sequential direct calls"
+        );
+        println!(
+            "{:<62} {:>13.0} µs",
+            "server-everything: rye serve's CPU per sequential pooled call",
+            fast_thousand_cpu * 1e6 / 1000.0
         );
         row("MCP ping to rye serve (the transport alone)", &pings);
         row("execute dry_run of mcp/notes/echo (chain, validation, reply)", &dry_runs);
