@@ -135,10 +135,28 @@ fn context(stderr: &MemoryOutputPipe, grants: &[PathBuf]) -> Result<WasiCtx, (Pa
         let guest = dir
             .to_str()
             .ok_or_else(|| (dir.clone(), "the path is not UTF-8".to_owned()))?;
-        // A path that cannot be opened as a folder is left out, as one
-        // that is not there: asking first whether it is a folder would
-        // only look the path up once more.
-        let _ = builder.preopened_dir(dir, guest, FsPerms::ReadOnly);
+        // Opened as a folder or left out: asking first whether it is one
+        // would only look the path up once more. Only a path that names
+        // no folder is left out; any other failure (no descriptor left,
+        // say) is the call's, not a view silently missing.
+        if let Err(e) = builder.preopened_dir(dir, guest, FsPerms::ReadOnly) {
+            let names_no_folder = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(rustix::io::Errno::from_io_error)
+                .is_some_and(|errno| {
+                    [
+                        rustix::io::Errno::NOENT,
+                        rustix::io::Errno::NOTDIR,
+                        rustix::io::Errno::ACCESS,
+                        rustix::io::Errno::LOOP,
+                        rustix::io::Errno::NAMETOOLONG,
+                    ]
+                    .contains(&errno)
+                });
+            if !names_no_folder {
+                return Err((dir.clone(), format!("{e:#}")));
+            }
+        }
     }
     Ok(builder.build())
 }

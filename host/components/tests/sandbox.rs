@@ -584,9 +584,9 @@ fn every_plan_has_an_instance_no_other_plan_touched() {
     }
 }
 
-/// A granted path that is missing, a file, or a link to nowhere is left
-/// out of an adapter's views, on a fresh instance and on a spare alike;
-/// the plan goes on with the folders there are.
+/// A granted path that is missing, a file, a link to nowhere or a loop of
+/// links is left out of an adapter's views, on a fresh instance and on a
+/// spare alike; the plan goes on with the folders there are.
 #[test]
 fn grants_that_are_not_folders_are_left_out_of_the_views() {
     let (host, adapter) = remembering_host();
@@ -595,16 +595,49 @@ fn grants_that_are_not_folders_are_left_out_of_the_views() {
     std::fs::write(&file, "not a folder").unwrap();
     let dangling = views.path().join("dangling");
     std::os::unix::fs::symlink(views.path().join("gone"), &dangling).unwrap();
+    let (ping, pong) = (views.path().join("ping"), views.path().join("pong"));
+    std::os::unix::fs::symlink(&pong, &ping).unwrap();
+    std::os::unix::fs::symlink(&ping, &pong).unwrap();
     let grants = [
         views.path().join("missing"),
         views.path().to_owned(),
         file,
         dangling,
+        ping,
     ];
     for round in 0..4 {
         plan_on_a_new_instance(&host, &adapter, &grants, round);
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A granted path that cannot be opened for a reason other than naming
+/// no folder (here a NUL inside it, which no system call takes) fails
+/// the plan, naming the path, rather than leaving the adapter a view
+/// short without a word; the host plans on after it.
+#[test]
+fn a_grant_that_cannot_be_opened_fails_the_plan_naming_it() {
+    let (host, adapter) = remembering_host();
+    let views = tempfile::tempdir().unwrap();
+    let bad = views.path().join("a\0b");
+    let request = plan_request(serde_json::json!({}));
+    for _ in 0..2 {
+        let error = host
+            .plan(
+                &adapter,
+                &request,
+                &[views.path().to_owned(), bad.clone()],
+                Box::new(NoServices),
+            )
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("cannot grant") && message.contains(&*bad.to_string_lossy()),
+            "{message}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    plan_on_a_new_instance(&host, &adapter, &[views.path().to_owned()], 0);
 }
 
 /// The nice value of this process's thread named `name`, if one runs.
