@@ -434,13 +434,15 @@ async fn write_pending(recorder: &Recorder) {
         std::mem::take(&mut pending.runs)
     };
     let mut ended = Vec::with_capacity(runs.len());
-    for run in runs {
-        let ending = stored(recorder, &run).await;
-        ended.push(Ended {
-            id: run.id,
-            ending,
-            whole: run.whole,
-        });
+    for Finished {
+        id,
+        status,
+        result,
+        whole,
+    } in runs
+    {
+        let ending = stored(recorder, &id, status, result).await;
+        ended.push(Ended { id, ending, whole });
     }
     let ended: Arc<[Ended]> = ended.into();
     match recorder.registry.end_all(ended.clone()).await {
@@ -476,20 +478,27 @@ async fn write_pending(recorder: &Recorder) {
 /// writes blobs of this size faster than the file system does.
 const KEPT_IN_REGISTRY: usize = 64 * 1024;
 
-/// Stores the result object of `run`; how its thread ends (with an error
-/// saying the result was not stored, if so).
-async fn stored(recorder: &Recorder, run: &Finished) -> Ending {
-    let (id, status, result) = (&run.id, run.status, &run.result);
-    let error = result
-        .get("error")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let chain = result.get("chain").cloned();
-    let thread_id = Value::from(id.as_str());
+/// Stores the result object of thread `id`'s run, which ended with
+/// `status` and `result`; how its thread ends (with an error saying the
+/// result was not stored, if so).
+async fn stored(recorder: &Recorder, id: &str, status: Status, mut result: Value) -> Ending {
+    let thread_id = Value::from(id);
     let bytes = &rye_cas::object_bytes(
         "execution_result",
-        &[("thread_id", &thread_id), ("result", result)],
+        &[("thread_id", &thread_id), ("result", &result)],
     );
+    // Its bytes made, the result is needed no more: its error and chain
+    // move into the thread's row rather than being copied.
+    let (error, chain) = match result.as_object_mut() {
+        Some(members) => (
+            match members.remove("error") {
+                Some(Value::String(error)) => Some(error),
+                _ => None,
+            },
+            members.remove("chain"),
+        ),
+        None => (None, None),
+    };
     let (hash, kept) = if bytes.len() <= KEPT_IN_REGISTRY {
         (rye_cas::ContentHash::of(bytes), Some(Arc::from(&bytes[..])))
     } else {
