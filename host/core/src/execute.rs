@@ -785,9 +785,7 @@ impl<'a> ToolRun<'a> {
     }
 
     async fn stages(&mut self) -> Stage<Value> {
-        let chain = self.resolve()?;
-        let lock = self.lock(&chain)?;
-        self.validate(&chain)?;
+        let (chain, lock) = self.checked()?;
         if self.request.dry_run {
             return Ok(self.dry_run_result(&chain));
         }
@@ -821,6 +819,16 @@ impl<'a> ToolRun<'a> {
             PlannedAction::Mcp(call) => self.call_mcp(&chain, call).await?,
         };
         Ok(self.record(&chain, &lock, ran))
+    }
+
+    /// The chain, its lock and its validators' verdict, under one reading
+    /// of the spaces' watches (see [`rye_space::RequestScope`]).
+    fn checked(&mut self) -> Stage<(Chain, LockState)> {
+        let _request = rye_space::RequestScope::begin();
+        let chain = self.resolve()?;
+        let lock = self.lock(&chain)?;
+        self.validate(&chain)?;
+        Ok((chain, lock))
     }
 
     fn step(&mut self, step: Step) {
@@ -943,10 +951,11 @@ impl<'a> ToolRun<'a> {
         let started = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));
         let parameters = self.request.parameters.clone();
-        let planned = match self
-            .rye
-            .plan_request(&self.session, chain, parameters, log.clone())
-        {
+        let asking = {
+            let _request = rye_space::RequestScope::begin();
+            (self.rye).plan_request(&self.session, chain, parameters, log.clone())
+        };
+        let planned = match asking {
             Err(e) => Err(e),
             // Made on this task where it can be (see `plan_on_task`).
             Ok(asking) => {

@@ -372,6 +372,9 @@ impl Rye {
     /// Results are ordered by score, then space (project first), kind and
     /// id, so equal queries give equal answers.
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, HostError> {
+        // It reads and writes nothing in the spaces: one reading of their
+        // watches serves every listing it checks.
+        let _request = rye_space::RequestScope::begin();
         let (kinds, namespace) = parse_scope(&request.scope)?;
         let mut query = Query::parse(&request.query)?;
         for (field, text) in &request.fields {

@@ -35,7 +35,7 @@ pub use error::{SpaceError, display_paths, shorten};
 pub use extractor::{DeclaredFormat, EXTRACTORS_DIR, Extractor, Extractors};
 pub use id::{validate_id, validate_plugin_name};
 pub use kind::{ItemKind, UnknownKind};
-pub use listing::{ListingCache, Quiet};
+pub use listing::{ListingCache, Quiet, RequestScope};
 pub use pattern::shell_match;
 pub use resolve::{Listed, Location, Resolved, extension_of};
 pub use space::{Space, SpaceRoot, Spaces, UnknownSpace, same_dir};

@@ -5,10 +5,13 @@
 //! with inotify, adding each watch before the folder is read. A later
 //! listing first drains the tree's events without blocking: events are
 //! queued when the change's system call returns, so every change completed
-//! before the request began is seen. No event means the last listing still
-//! holds and nothing is read from disk, except files reached through a
-//! symbolic link, whose targets live outside the watched folders and are
-//! `stat`ed every time. Any event, or a full queue, makes the next listing
+//! before the request began is seen. Within a [`RequestScope`] the queue
+//! is read once, by the first check, and the scope's later checks take
+//! that reading: every change completed before the request began is still
+//! seen, for one read instead of one per check. No event means the last
+//! listing still holds and nothing is read from disk, except files reached
+//! through a symbolic link, whose targets live outside the watched folders
+//! and are `stat`ed every time. Any event, or a full queue, makes the next listing
 //! walk the tree again (with fresh watches).
 //!
 //! The same watches keep the stamps of a fixed set of files and folders
@@ -75,6 +78,34 @@ impl Quiet {
     /// stamps then still holds.
     pub fn holds_at(self, now: Quiet) -> bool {
         now.events == self.events && now.epoch == self.epoch
+    }
+}
+
+/// One request's checks on this thread, from its making until it is
+/// dropped: the watches' queue is read by the first check and not again
+/// (see the module docs). A change completed before the scope began is
+/// seen by every check in it; one made while it is open is seen from the
+/// next read after it. Scopes nest; the outermost decides. It stays on
+/// its thread: a request's work that crosses an `await` opens a scope for
+/// each stretch between them.
+pub struct RequestScope {
+    _on_this_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl RequestScope {
+    pub fn begin() -> Self {
+        #[cfg(target_os = "linux")]
+        inotify::enter();
+        Self {
+            _on_this_thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for RequestScope {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        inotify::leave();
     }
 }
 
@@ -468,6 +499,7 @@ fn refresh_links(tree: &mut Tree, listed: Arc<Vec<Listed>>) -> Option<Arc<Vec<Li
 
 #[cfg(target_os = "linux")]
 mod inotify {
+    use std::cell::Cell;
     use std::collections::HashMap;
     use std::mem::MaybeUninit;
     use std::os::fd::OwnedFd;
@@ -511,10 +543,48 @@ mod inotify {
         })
     });
 
+    thread_local! {
+        /// The [`super::RequestScope`]s open on this thread, and whether
+        /// the queue was read in the outermost one.
+        static SCOPE: Cell<(u32, bool)> = const { Cell::new((0, false)) };
+    }
+
+    pub(super) fn enter() {
+        SCOPE.with(|scope| {
+            let (depth, read) = scope.get();
+            scope.set((depth + 1, read && depth > 0));
+        });
+    }
+
+    pub(super) fn leave() {
+        SCOPE.with(|scope| {
+            let (depth, read) = scope.get();
+            let depth = depth.saturating_sub(1);
+            scope.set((depth, read && depth > 0));
+        });
+    }
+
+    #[cfg(test)]
+    thread_local! {
+        /// Reads of the queue so far on this thread.
+        pub(super) static READS: Cell<u64> = const { Cell::new(0) };
+    }
+
     impl Shared {
-        /// Reads every queued event into the generations; the state after.
+        /// Reads every queued event into the generations, unless this
+        /// thread's request scope has read them already; the state after.
         fn drain(&self) -> std::sync::MutexGuard<'_, State> {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let in_scope = SCOPE.with(|scope| {
+                let (depth, read) = scope.get();
+                scope.set((depth, depth > 0));
+                (depth > 0).then_some(read)
+            });
+            if in_scope == Some(true) {
+                return state;
+            }
+            #[cfg(test)]
+            READS.with(|reads| reads.set(reads.get() + 1));
             let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
             let mut reader = inotify::Reader::new(&self.fd, &mut buf);
             loop {
@@ -795,6 +865,74 @@ mod tests {
             std::fs::write(&target, "changed").unwrap();
             check("the link's target changed");
         }
+    }
+
+    /// A request reads the watches' queue once, however many checks it
+    /// makes, and sees every change completed before it began; a change
+    /// made while it is open is seen from the first check after it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_request_reads_the_queue_once_and_sees_what_came_before_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join(".ai/config/one.yaml");
+        let other = tmp.path().join(".ai/tools/a/two.py");
+        write(&file, "a");
+        write(&other, "2");
+        let spaces = Spaces::new(None, None, tmp.path());
+        let cache = ListingCache::new();
+        let exts = vec![".py".to_owned()];
+        let paths = vec![file.clone()];
+        let reads = || inotify::READS.with(std::cell::Cell::get);
+        let first = cache.stamps(&paths);
+        let listed = spaces
+            .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+            .unwrap();
+
+        write(&file, "bb");
+        let before = reads();
+        let during = {
+            let _request = RequestScope::begin();
+            let seen = cache.stamps(&paths);
+            assert_ne!(seen[0], first[0], "a change before the request is seen");
+            assert_eq!(seen[0], FileStamp::read(&file).ok());
+            assert_eq!(reads(), before + 1);
+            write(&file, "ccc");
+            write(&other, "22");
+            for _ in 0..10 {
+                assert!(Arc::ptr_eq(&cache.stamps(&paths), &seen));
+                let again = spaces
+                    .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+                    .unwrap();
+                assert!(Arc::ptr_eq(&again, &listed));
+                assert!(cache.quiet().is_some());
+            }
+            {
+                let _nested = RequestScope::begin();
+                cache.stamps(&paths);
+            }
+            cache.stamps(&paths);
+            assert_eq!(reads(), before + 1, "one read for the whole request");
+            seen
+        };
+        let after = cache.stamps(&paths);
+        assert_ne!(
+            after[0], during[0],
+            "the change made during it, once it ends"
+        );
+        assert_eq!(after[0], FileStamp::read(&file).ok());
+        let listed_after = spaces
+            .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
+            .unwrap();
+        assert_ne!(listed_after[0].stamp, listed[0].stamp);
+        assert!(reads() > before + 1, "out of the scope, each check reads");
+
+        // Another thread's checks are not in this thread's scope.
+        let _request = RequestScope::begin();
+        cache.stamps(&paths);
+        write(&file, "dddd");
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(cache.stamps(&paths)[0], FileStamp::read(&file).ok()));
+        });
     }
 
     /// However many trees and stamp sets are watched, the process holds
