@@ -898,12 +898,14 @@ mod tests {
             assert_eq!(reads(), before + 1);
             write(&file, "ccc");
             write(&other, "22");
+            // Whether these see the two changes depends on other threads'
+            // reads (other tests run beside this one); that they read
+            // nothing themselves does not.
             for _ in 0..10 {
-                assert!(Arc::ptr_eq(&cache.stamps(&paths), &seen));
-                let again = spaces
+                cache.stamps(&paths);
+                spaces
                     .list_cached(&cache, ItemKind::Tool, Space::System, &exts)
                     .unwrap();
-                assert!(Arc::ptr_eq(&again, &listed));
                 assert!(cache.quiet().is_some());
             }
             {
