@@ -79,6 +79,8 @@ pub use reply::{
 pub use rye::Rye;
 /// For a server's async runtime: see [`rye_components::chores_when_idle`].
 pub use rye_components::{chores_when_idle, idle_chores};
+/// MCP's stdio framing, read the same way by the server and the client.
+pub use rye_mcp_client::{LineRead, LineReader, MAX_LINE};
 pub use rye_threads::{Status as ThreadStatus, Thread};
 pub use thread_view::{Pruned, ThreadView};
 

@@ -5,8 +5,8 @@
 //!   ([`rye_process::attach`]): the environment its plan gives and nothing
 //!   else, contained with everything it starts, killed when the session
 //!   goes. Only the last [`STDERR_TAIL`] bytes of its stderr are kept (and
-//!   shown in errors); a line of stdout longer than 16 MiB ends the
-//!   session rather than growing a buffer.
+//!   shown in errors); a line of stdout longer than 16 MiB is dropped as
+//!   it arrives rather than growing a buffer ([`StdioLines`]).
 //! - **streamable HTTP**: the server's URL with the headers the plan gives,
 //!   no proxy.
 //!
@@ -17,6 +17,7 @@
 //! and input schema, so a definition approved once can be told apart from
 //! one the server changed since.
 
+mod lines;
 mod pool;
 
 use std::borrow::Cow;
@@ -33,6 +34,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+pub use lines::{LineRead, LineReader, MAX_LINE, StdioLines};
 pub use pool::{Pool, PoolKey};
 
 /// Bytes of a stdio server's stderr kept for error messages.
@@ -241,7 +243,9 @@ impl Connection {
                     server: server.clone(),
                     message: "the child has no stdin or stdout".into(),
                 })?;
-                let started = tokio::time::timeout(startup, watcher.serve((stdout, stdin))).await;
+                let started =
+                    tokio::time::timeout(startup, watcher.serve(StdioLines::new(stdout, stdin)))
+                        .await;
 
                 match started {
                     Err(_) => Err(McpError::StartupTimeout {

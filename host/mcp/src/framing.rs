@@ -13,22 +13,18 @@ use std::sync::Arc;
 use rmcp::RoleServer;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+pub use rye_host::MAX_LINE;
+use rye_host::{LineRead, LineReader};
 use serde_json::Value;
 
 use crate::jsonrpc::{INVALID_REQUEST, Line, error_body, read_message};
-use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
-
-/// The longest line read as one message over stdio.
-pub const MAX_LINE: usize = 16 << 20;
 
 /// MCP over a byte stream pair, one message per line, answering what
 /// cannot be read (see the module docs).
 pub struct LineTransport<R, W> {
-    read: BufReader<R>,
-    line: Vec<u8>,
-    /// Set while the rest of an oversized line is skipped.
-    discarding: bool,
+    read: LineReader<R>,
     write: Arc<Mutex<W>>,
 }
 
@@ -39,9 +35,7 @@ where
 {
     pub fn new(read: R, write: W) -> Self {
         Self {
-            read: BufReader::new(read),
-            line: Vec::new(),
-            discarding: false,
+            read: LineReader::new(read),
             write: Arc::new(Mutex::new(write)),
         }
     }
@@ -58,47 +52,6 @@ where
             let _ = write.flush().await;
         });
     }
-
-    /// Reads up to the end of a line into `self.line`, keeping at most
-    /// [`MAX_LINE`] bytes. `Ok(true)` for a whole line, `Ok(false)` at the
-    /// end of the stream. Cancel-safe: a partial line stays buffered.
-    async fn read_line(&mut self) -> std::io::Result<bool> {
-        loop {
-            let available = self.read.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(false);
-            }
-            let (chunk, complete) = match memchr(available) {
-                Some(at) => (&available[..=at], true),
-                None => (available, false),
-            };
-            let used = chunk.len();
-            if !self.discarding {
-                if self.line.len() + used > MAX_LINE {
-                    self.discarding = true;
-                    self.line.clear();
-                } else {
-                    self.line.extend_from_slice(chunk);
-                }
-            }
-            self.read.consume(used);
-            if complete {
-                if std::mem::take(&mut self.discarding) {
-                    self.answer(&error_body(
-                        None,
-                        INVALID_REQUEST,
-                        &format!("Invalid request: a message longer than {MAX_LINE} bytes"),
-                    ));
-                    continue;
-                }
-                return Ok(true);
-            }
-        }
-    }
-}
-
-fn memchr(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
 }
 
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>
@@ -124,28 +77,27 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            match self.read_line().await {
-                Ok(true) => {}
-                Ok(false) => return None,
+            match self.read.read().await {
+                Ok(LineRead::Line) => {}
+                Ok(LineRead::Oversized) => {
+                    self.answer(&error_body(
+                        None,
+                        INVALID_REQUEST,
+                        &format!("Invalid request: a message longer than {MAX_LINE} bytes"),
+                    ));
+                    continue;
+                }
+                Ok(LineRead::End) => return None,
                 Err(e) => {
                     tracing::error!("reading from the client failed: {e}");
                     return None;
                 }
             }
-            let line = std::mem::take(&mut self.line);
-            let text = line.strip_suffix(b"\n").unwrap_or(&line);
-            let text = text.strip_suffix(b"\r").unwrap_or(text);
-            match read_message(text) {
-                Line::Message(message) => {
-                    self.line = line;
-                    self.line.clear();
-                    return Some(*message);
-                }
+            match read_message(self.read.line()) {
+                Line::Message(message) => return Some(*message),
                 Line::Answer(answer) => self.answer(&answer),
                 Line::Ignore => {}
             }
-            self.line = line;
-            self.line.clear();
         }
     }
 
