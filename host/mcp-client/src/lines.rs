@@ -96,9 +96,14 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
-    /// The line last read, without its line end (`\n` or `\r\n`).
+    /// The line last read, without a leading byte order mark or its line
+    /// end (`\n` or `\r\n`).
     pub fn line(&self) -> &[u8] {
-        let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        let line = self
+            .line
+            .strip_prefix(b"\xEF\xBB\xBF")
+            .unwrap_or(&self.line);
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
         line.strip_suffix(b"\r").unwrap_or(line)
     }
 }
@@ -157,7 +162,21 @@ where
             return Read::Message(answer);
         }
         match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
-            Ok(message) => Read::Message(message),
+            Ok(message) => {
+                // A call answered otherwise (with an error, most often) is
+                // no longer awaited either.
+                let id = match &message {
+                    JsonRpcMessage::Response(response) => Some(&response.id),
+                    JsonRpcMessage::Error(error) => error.id.as_ref(),
+                    _ => None,
+                };
+                if let Some(id) = id
+                    && let Ok(mut calls) = self.calls.lock()
+                {
+                    calls.remove(id);
+                }
+                Read::Message(message)
+            }
             Err(e) if e.is_syntax() || e.is_eof() => Read::Ignore,
             Err(_) if unknown_notification(line) => Read::Ignore,
             Err(e) => Read::Answer(JsonRpcMessage::Error(JsonRpcError {
@@ -298,7 +317,6 @@ where
                 }
             }
             let line = self.read.line();
-            let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -430,6 +448,7 @@ mod tests {
             JsonRpcMessage::Error(error) => assert_eq!(error.error.message, "no such tool"),
             other => panic!("{other:?}"),
         }
+        assert!(transport.calls.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
@@ -522,5 +541,23 @@ mod tests {
             .unwrap();
         let (id, _) = tool_result(transport.receive().await.unwrap());
         assert_eq!(id, RequestId::Number(2));
+    }
+
+    #[tokio::test]
+    async fn a_byte_order_mark_and_line_ends_are_not_part_of_a_line() {
+        let (server_out, client_in) = tokio::io::duplex(1 << 10);
+        let mut read = LineReader::new(client_in);
+        let mut server_out = server_out;
+        server_out
+            .write_all(b"\xEF\xBB\xBF{}\r\n\xEF\xBB\xBF\n{\"a\":1}\n\xEF\xBB")
+            .await
+            .unwrap();
+        drop(server_out);
+        let mut lines = Vec::new();
+        while read.read().await.unwrap() == LineRead::Line {
+            lines.push(read.line().to_vec());
+        }
+        // A mark cut short by the stream's end is no line.
+        assert_eq!(lines, [&b"{}"[..], b"", b"{\"a\":1}"]);
     }
 }

@@ -69,9 +69,9 @@ pub enum Line {
     Ignore,
 }
 
-/// Reads one line (without its newline) from a client.
+/// Reads one line from a client, as [`rye_host::LineReader::line`]
+/// gives it (no byte order mark, no line end).
 pub fn read_message(line: &[u8]) -> Line {
-    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return Line::Ignore;
     }
