@@ -345,9 +345,14 @@ impl ServerHandler for RyeServer {
         let arguments = request
             .arguments
             .map(|args| args.into_iter().collect::<serde_json::Map<String, Value>>());
-        catalog::prompt(&self.rye, self.project.as_ref(), &request.name, arguments)
-            .await
-            .map(Into::into)
+        Box::pin(catalog::prompt(
+            &self.rye,
+            self.project.as_ref(),
+            &request.name,
+            arguments,
+        ))
+        .await
+        .map(Into::into)
     }
 
     async fn list_resources(
@@ -378,13 +383,21 @@ impl ServerHandler for RyeServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         if threads::is_thread(&request.uri) {
-            return threads::read(&self.rye, self.project.as_ref(), &request.uri)
-                .await
-                .map(Into::into);
-        }
-        catalog::resource(&self.rye, self.project.as_ref(), &request.uri)
+            return Box::pin(threads::read(
+                &self.rye,
+                self.project.as_ref(),
+                &request.uri,
+            ))
             .await
-            .map(Into::into)
+            .map(Into::into);
+        }
+        Box::pin(catalog::resource(
+            &self.rye,
+            self.project.as_ref(),
+            &request.uri,
+        ))
+        .await
+        .map(Into::into)
     }
 
     /// `resources/subscribe`, as the clients of the protocol versions
@@ -439,15 +452,18 @@ impl ServerHandler for RyeServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Each tool's future is boxed: rmcp moves the handler's future
+        // several times before and as it spawns it, and a future holding
+        // an execute inline is kilobytes long.
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let result = match request.name.as_ref() {
             "execute" => {
                 let args: ExecuteArgs = args::parse("execute", arguments)?;
-                self.execute(args, &context).await
+                Box::pin(self.execute(args, &context)).await
             }
-            "search" => self.search(args::parse("search", arguments)?).await?,
-            "load" => self.load(args::parse("load", arguments)?).await?,
-            "sign" => self.sign(args::parse("sign", arguments)?).await?,
+            "search" => Box::pin(self.search(args::parse("search", arguments)?)).await?,
+            "load" => Box::pin(self.load(args::parse("load", arguments)?)).await?,
+            "sign" => Box::pin(self.sign(args::parse("sign", arguments)?)).await?,
             other => {
                 return Err(invalid(&format!(
                     "unknown tool {other:?}: this server has execute, search, load and sign"
