@@ -545,9 +545,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_byte_order_mark_and_line_ends_are_not_part_of_a_line() {
-        let (server_out, client_in) = tokio::io::duplex(1 << 10);
+        let (mut server_out, client_in) = tokio::io::duplex(1 << 10);
         let mut read = LineReader::new(client_in);
-        let mut server_out = server_out;
         server_out
             .write_all(b"\xEF\xBB\xBF{}\r\n\xEF\xBB\xBF\n{\"a\":1}\n\xEF\xBB")
             .await
