@@ -33,7 +33,7 @@ pub const MAX_LINE: usize = 16 << 20;
 /// What [`LineReader::read`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LineRead {
-    /// A whole line, in [`LineReader::line`].
+    /// A whole line that is not blank, in [`LineReader::line`].
     Line,
     /// A line longer than [`MAX_LINE`], dropped as it arrived.
     Oversized,
@@ -61,8 +61,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
-    /// Reads up to the end of the next line. Cancel-safe: a partial line
-    /// stays buffered for the next call.
+    /// Reads up to the end of the next line that is not blank (lines of
+    /// white space only are read past). Cancel-safe: a partial line stays
+    /// buffered for the next call.
     pub async fn read(&mut self) -> std::io::Result<LineRead> {
         if std::mem::take(&mut self.whole) {
             self.line.clear();
@@ -89,6 +90,10 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             if complete {
                 if std::mem::take(&mut self.discarding) {
                     return Ok(LineRead::Oversized);
+                }
+                if self.line().iter().all(u8::is_ascii_whitespace) {
+                    self.line.clear();
+                    continue;
                 }
                 self.whole = true;
                 return Ok(LineRead::Line);
@@ -118,8 +123,10 @@ pub struct StdioLines<R, W> {
     read: LineReader<R>,
     /// `None` once closed, which closes the server's stdin.
     write: Arc<tokio::sync::Mutex<Option<W>>>,
-    /// The `tools/call` requests sent and not yet answered.
-    calls: Arc<std::sync::Mutex<HashSet<RequestId>>>,
+    /// The `tools/call` requests sent and not yet answered. rmcp's
+    /// `Transport` takes `&mut self` to send and to receive, and `send`
+    /// notes its call before the write's future is made, so no lock.
+    calls: HashSet<RequestId>,
 }
 
 impl<R, W> StdioLines<R, W>
@@ -131,7 +138,7 @@ where
         Self {
             read: LineReader::new(read),
             write: Arc::new(tokio::sync::Mutex::new(Some(write))),
-            calls: Arc::default(),
+            calls: HashSet::new(),
         }
     }
 
@@ -156,9 +163,9 @@ where
         }
     }
 
-    /// What to do with `line`.
-    fn message(&self, line: &[u8]) -> Read {
-        if let Some(answer) = self.tool_result(line) {
+    /// What to do with `line`, given the calls awaited.
+    fn message(calls: &mut HashSet<RequestId>, line: &[u8]) -> Read {
+        if let Some(answer) = tool_result(calls, line) {
             return Read::Message(answer);
         }
         match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
@@ -170,9 +177,7 @@ where
                     JsonRpcMessage::Error(error) => error.id.as_ref(),
                     _ => None,
                 };
-                if let Some(id) = id
-                    && let Ok(mut calls) = self.calls.lock()
-                {
+                if let Some(id) = id {
                     calls.remove(id);
                 }
                 Read::Message(message)
@@ -186,23 +191,26 @@ where
             })),
         }
     }
+}
 
-    /// The answer to a `tools/call` this client sent, read as a tool's
-    /// result; `None` for anything else.
-    fn tool_result(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let answer: ToolAnswer = serde_json::from_slice(line).ok()?;
-        if answer.method.is_some() || answer.error.is_some() {
-            return None;
-        }
-        if !self.calls.lock().ok()?.remove(&answer.id) {
-            return None;
-        }
-        Some(JsonRpcMessage::Response(JsonRpcResponse {
-            jsonrpc: JsonRpcVersion2_0,
-            id: answer.id,
-            result: ServerResult::CallToolResult(answer.result),
-        }))
+/// The answer to a `tools/call` awaited in `calls`, read as a tool's
+/// result (and no longer awaited); `None` for anything else.
+fn tool_result(
+    calls: &mut HashSet<RequestId>,
+    line: &[u8],
+) -> Option<RxJsonRpcMessage<RoleClient>> {
+    let answer: ToolAnswer = serde_json::from_slice(line).ok()?;
+    if answer.method.is_some() || answer.error.is_some() {
+        return None;
     }
+    if !calls.remove(&answer.id) {
+        return None;
+    }
+    Some(JsonRpcMessage::Response(JsonRpcResponse {
+        jsonrpc: JsonRpcVersion2_0,
+        id: answer.id,
+        result: ServerResult::CallToolResult(answer.result),
+    }))
 }
 
 /// What to do with a line read.
@@ -292,12 +300,11 @@ where
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         if let JsonRpcMessage::Request(request) = &item
             && matches!(request.request, ClientRequest::CallToolRequest(_))
-            && let Ok(mut calls) = self.calls.lock()
         {
-            if calls.len() >= CALLS_AWAITED {
-                calls.clear();
+            if self.calls.len() >= CALLS_AWAITED {
+                self.calls.clear();
             }
-            calls.insert(request.id.clone());
+            self.calls.insert(request.id.clone());
         }
         self.write(&item)
     }
@@ -316,11 +323,7 @@ where
                     return None;
                 }
             }
-            let line = self.read.line();
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match self.message(line) {
+            match Self::message(&mut self.calls, self.read.line()) {
                 Read::Message(message) => return Some(message),
                 // Written from a task of its own, so that a cancelled
                 // `receive` never leaves half a message on the stream.
@@ -417,7 +420,7 @@ mod tests {
         assert_eq!(result.content.len(), 1);
         // The call is answered: a second answer with its id is read the
         // general way, as any other answer.
-        assert!(transport.calls.lock().unwrap().is_empty());
+        assert!(transport.calls.is_empty());
     }
 
     #[tokio::test]
@@ -448,7 +451,7 @@ mod tests {
             JsonRpcMessage::Error(error) => assert_eq!(error.error.message, "no such tool"),
             other => panic!("{other:?}"),
         }
-        assert!(transport.calls.lock().unwrap().is_empty());
+        assert!(transport.calls.is_empty());
     }
 
     #[tokio::test]
@@ -556,7 +559,8 @@ mod tests {
         while read.read().await.unwrap() == LineRead::Line {
             lines.push(read.line().to_vec());
         }
-        // A mark cut short by the stream's end is no line.
-        assert_eq!(lines, [&b"{}"[..], b"", b"{\"a\":1}"]);
+        // A line with only a mark is blank, and read past; a mark cut
+        // short by the stream's end is no line.
+        assert_eq!(lines, [&b"{}"[..], b"{\"a\":1}"]);
     }
 }

@@ -65,16 +65,13 @@ pub enum Line {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     /// The error to answer with.
     Answer(Value),
-    /// Nothing: a blank line, or a notification this server does not know.
+    /// Nothing: a notification this server does not know.
     Ignore,
 }
 
 /// Reads one line from a client, as [`rye_host::LineReader::line`]
-/// gives it (no byte order mark, no line end).
+/// gives it (not blank, no byte order mark, no line end).
 pub fn read_message(line: &[u8]) -> Line {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Line::Ignore;
-    }
     // A well-formed message is read straight into its type; only one that
     // is not is read as plain JSON, to find what to answer.
     if let Some(message) = tool_call(line) {
