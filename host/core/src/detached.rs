@@ -302,8 +302,10 @@ impl Rye {
         let begun = Instant::now();
         let recording = Recording::resumed(&self.threads, thread_id.to_owned(), recorder.clone());
         let counts = Arc::new(rye_process::OutputCounts::default());
-        let run = self.run_tool(&request, begun, Some(recording), Some(counts.clone()));
-        tokio::pin!(run);
+        // Pinned where it is made (`tokio::pin!` would keep a second copy
+        // of this large future in this one's state).
+        let mut run =
+            std::pin::pin!(self.run_tool(&request, begun, Some(recording), Some(counts.clone())));
         // A run that takes a while says so in its log, for `tail` and
         // subscribers.
         let mut ticks =

@@ -393,7 +393,9 @@ impl Connection {
             return Ok(cached);
         }
         self.changed.store(false, Ordering::SeqCst);
-        let tools = self.tools(timeout).await?;
+        // Boxed, as listing is rare: inline, its future would be part of
+        // every warm call's.
+        let tools = Box::pin(self.tools(timeout)).await?;
         let listed: Arc<Vec<Listed>> = Arc::new(tools.into_iter().map(Listed::from).collect());
         *self.definitions.lock().unwrap_or_else(|e| e.into_inner()) = Some(listed.clone());
         Ok(listed)
@@ -412,7 +414,10 @@ impl Connection {
             .within(
                 &format!("tools/call {name}"),
                 timeout,
-                self.service.peer().call_tool(params),
+                // Boxed where it is made: rmcp's request future is some
+                // 9 KB, and inline it would be part of every future that
+                // awaits a call, each moved whole.
+                Box::pin(self.service.peer().call_tool(params)),
             )
             .await?;
         let text = result

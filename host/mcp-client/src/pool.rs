@@ -67,7 +67,9 @@ impl Pool {
             return Ok((connection.clone(), false));
         }
         *current = None;
-        let connection = Arc::new(Connection::open(server, transport, startup).await?);
+        // Boxed: a start's future is large, and awaited inline it would
+        // make every warm call's future (which never starts one) as large.
+        let connection = Arc::new(Box::pin(Connection::open(server, transport, startup)).await?);
         *current = Some(connection.clone());
         Ok((connection, true))
     }

@@ -100,8 +100,10 @@ impl RyeServer {
             Ok(target) => target,
             Err(refusal) => return ErrorReply::new(refusal).of_id(&args.item_id).to_value(),
         };
+        // The remote and async arms are boxed: their futures, inline,
+        // would be part of every local run's, which moves whole.
         if let args::Target::Remote(remote) = target {
-            return self.execute_remote(&args, remote).await;
+            return Box::pin(self.execute_remote(&args, remote)).await;
         }
         let request = ExecuteRequest {
             parameters: args.parameters.clone().unwrap_or_else(|| json!({})),
@@ -112,12 +114,13 @@ impl RyeServer {
         if args.run_async {
             // The run goes on in a runner of its own, past this request
             // and this client.
-            return self.rye.execute_async(&request).await;
+            return Box::pin(self.rye.execute_async(&request)).await;
         }
         let started = Instant::now();
         let token = context.meta.get_progress_token();
-        let run = self.rye.execute(&request);
-        tokio::pin!(run);
+        // Pinned where it is made: `tokio::pin!` moves the future into a
+        // second local, and the state of this future kept both.
+        let mut run = std::pin::pin!(self.rye.execute(&request));
         // The first tick a full period from now: an interval's immediate
         // first tick still waits for the timer wheel (up to a millisecond).
         let mut ticks =
