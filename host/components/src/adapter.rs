@@ -1,6 +1,9 @@
 //! Calls into the `runtime-adapter` world.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use rye_gate::HostCall;
 use serde_json::Value;
@@ -21,7 +24,7 @@ pub struct PlanElement {
     pub space: PluginSpace,
     pub path: PathBuf,
     /// The element's normalized metadata, a JSON object as text.
-    pub metadata: std::sync::Arc<str>,
+    pub metadata: Arc<str>,
 }
 
 /// What an adapter is asked to plan.
@@ -119,33 +122,65 @@ impl ComponentHost {
     /// Asks a runtime adapter for the plan of one execution from an async
     /// task. When `services` answer at once (see
     /// [`AdapterServices::answers_at_once`]), on a worker of a
-    /// multi-threaded runtime, the plan is made on the task itself (see
-    /// [`ComponentHost::plan_async`]), while fewer plans are made that way
-    /// than the runtime has workers less one: a plan that spins to its
-    /// deadline then holds one worker, never all. Otherwise it is made as
-    /// [`ComponentHost::plan`] makes it, the worker's other tasks handed to
-    /// another thread meanwhile (on a current-thread runtime, on a thread
-    /// of its own).
+    /// multi-threaded runtime, the plan is made on the task itself until
+    /// it ends or reaches an epoch tick, as a command's run is (see
+    /// [`ComponentHost::async_run`]): a short plan costs no hand-off, and
+    /// one still going at a tick goes on on a blocking thread, so a plan
+    /// that spins to its deadline never holds a worker past one tick.
+    /// Given up there (this future dropped), it stops at its next tick.
+    /// Otherwise it is made as [`ComponentHost::plan`] makes it, the
+    /// worker's other tasks handed to another thread meanwhile (on a
+    /// current-thread runtime, on a thread of its own).
     pub async fn plan_on_task(
-        &self,
-        component: &LoadedComponent,
-        request: &PlanRequest,
-        grants: &[PathBuf],
+        self: &Arc<Self>,
+        component: &Arc<LoadedComponent>,
+        request: PlanRequest,
+        grants: Vec<PathBuf>,
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        if services.answers_at_once()
-            && let Some(_inline) = self.inline_permit()
-        {
-            return self.plan_async(component, request, grants, services).await;
-        }
-        let plan = || self.plan(component, request, grants, services);
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(plan),
-            _ => std::thread::scope(|scope| {
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let Some(runtime) = runtime else {
+            return std::thread::scope(|scope| {
                 scope
-                    .spawn(plan)
+                    .spawn(|| self.plan(component, &request, &grants, services))
                     .join()
                     .expect("the plan's thread panicked")
+            });
+        };
+        if !services.answers_at_once() {
+            return tokio::task::block_in_place(|| {
+                self.plan(component, &request, &grants, services)
+            });
+        }
+        let ticks = Arc::new(Ticks::default());
+        let mut plan = Box::pin({
+            let (host, component, ticks) =
+                (Arc::clone(self), Arc::clone(component), Arc::clone(&ticks));
+            async move {
+                host.plan_ticking(&component, &request, &grants, services, Some(ticks))
+                    .await
+            }
+        });
+        let inline = std::future::poll_fn(|cx| match plan.as_mut().poll(cx) {
+            Poll::Ready(done) => Poll::Ready(Some(done)),
+            Poll::Pending if ticks.ticked.load(Ordering::Acquire) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+        if let Some(done) = inline {
+            return done;
+        }
+        let _stop_if_dropped = ticks.stop_on_drop();
+        match tokio::task::spawn_blocking(move || runtime.block_on(plan)).await {
+            Ok(done) => done,
+            Err(e) => Err(ComponentError {
+                path: component.path.clone(),
+                kind: ComponentErrorKind::Trap {
+                    message: format!("its plan ended abnormally: {e}"),
+                    stderr: String::new(),
+                },
             }),
         }
     }
@@ -169,6 +204,20 @@ impl ComponentHost {
         request: &PlanRequest,
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
+    ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        self.plan_ticking(component, request, grants, services, None)
+            .await
+    }
+
+    /// [`ComponentHost::plan_async`], telling `ticks` of each tick it
+    /// yields at, and stopped at a tick once `ticks` say so.
+    async fn plan_ticking(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+        ticks: Option<Arc<Ticks>>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
         let fail = |kind| ComponentError {
             path: component.path.clone(),
@@ -209,12 +258,16 @@ impl ComponentHost {
         store.data_mut().slot = Some(slot);
         // At every tick until the deadline the call yields to the
         // runtime, so that a long plan shares the thread that awaits it;
-        // past the deadline it is stopped.
+        // past the deadline, or once its caller gave up, it is stopped.
         let until = std::time::Instant::now() + limits.deadline;
         store.epoch_deadline_callback(move |_| {
-            Ok(if std::time::Instant::now() >= until {
+            let given_up = ticks.as_deref().is_some_and(Ticks::given_up);
+            Ok(if given_up || std::time::Instant::now() >= until {
                 wasmtime::UpdateDeadline::Interrupt
             } else {
+                if let Some(ticks) = &ticks {
+                    ticks.ticked.store(true, Ordering::Release);
+                }
                 wasmtime::UpdateDeadline::Yield(1)
             })
         });
@@ -356,10 +409,35 @@ impl ComponentHost {
     }
 }
 
+/// What a plan made on its caller's task shares with that task: whether
+/// it has yielded at a tick, and whether its caller gave up on it.
+#[derive(Default)]
+struct Ticks {
+    ticked: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Ticks {
+    fn given_up(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// A guard that, dropped, stops the plan at its next tick.
+    fn stop_on_drop(self: &Arc<Self>) -> impl Drop {
+        struct Stop(Arc<Ticks>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        Stop(Arc::clone(self))
+    }
+}
+
 /// A slot of `slots`: a free one at once, else one waited for where
 /// waiting does not hold up other tasks (on a multi-threaded runtime's
 /// worker, by handing its other tasks to another thread meanwhile).
-fn wait_for_slot(slots: &std::sync::Arc<crate::slots::Slots>) -> crate::slots::Slot {
+fn wait_for_slot(slots: &Arc<crate::slots::Slots>) -> crate::slots::Slot {
     if let Some(slot) = slots.try_take() {
         return slot;
     }

@@ -245,8 +245,6 @@ pub struct ComponentHost {
     loaded_commands: Mutex<HashMap<[u8; 32], Arc<LoadedCommand>>>,
     /// Commands running on async tasks now.
     async_runs: Arc<AtomicUsize>,
-    /// Plans being made on the tasks that await them now.
-    inline_plans: Arc<AtomicUsize>,
     /// An instance of the last adapter planned with, made ahead.
     pub(crate) spares: crate::spare::Spares,
 }
@@ -278,7 +276,6 @@ impl ComponentHost {
             commands,
             commands_async,
             async_runs: Arc::default(),
-            inline_plans: Arc::default(),
             spares: crate::spare::Spares::default(),
             loaded_commands: Mutex::default(),
             engine,
@@ -395,19 +392,6 @@ impl ComponentHost {
     /// One of the [`ASYNC_RUNS`], if one is free.
     pub(crate) fn async_permit(&self) -> Option<AsyncPermit> {
         AsyncPermit::take(&self.async_runs, ASYNC_RUNS)
-    }
-
-    /// Leave to make a plan on the task that awaits it, on a worker of a
-    /// multi-threaded runtime: given while fewer plans are made that way
-    /// than the runtime has workers less one, so that plans spinning to
-    /// their deadlines never hold every worker.
-    pub(crate) fn inline_permit(&self) -> Option<AsyncPermit> {
-        let handle = tokio::runtime::Handle::try_current().ok()?;
-        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-            return None;
-        }
-        let bound = handle.metrics().num_workers().saturating_sub(1);
-        AsyncPermit::take(&self.inline_plans, bound)
     }
 
     pub(crate) fn known_command(&self, hash: &[u8; 32]) -> Option<Arc<LoadedCommand>> {

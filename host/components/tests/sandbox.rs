@@ -687,22 +687,27 @@ fn spin_request(spin: bool) -> rye_components::PlanRequest {
     plan_request(serde_json::json!({"spin": spin}))
 }
 
-/// A multi-threaded runtime of two workers, as on a two-core machine.
-fn two_workers() -> tokio::runtime::Runtime {
+/// A multi-threaded runtime of `count` workers: two as on a two-core
+/// machine, one as `rye serve` runs over stdio.
+fn workers(count: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(count)
         .enable_all()
         .build()
         .unwrap()
 }
 
 /// Plans that never return, awaited on a runtime's tasks, are stopped at
-/// their deadline, and meanwhile the runtime goes on serving: at most all
-/// its workers but one make plans on their own tasks, and the others hand
-/// their tasks to another thread while they plan. Then a plan of the same
-/// adapter is answered.
+/// their deadline, and meanwhile the runtime goes on serving: each plan
+/// leaves the worker it began on at its first tick. Then a plan of the
+/// same adapter is answered. On one worker as on two.
 #[test]
 fn spinning_plans_leave_the_runtime_serving() {
+    spinning_plans_leave_serving(1);
+    spinning_plans_leave_serving(2);
+}
+
+fn spinning_plans_leave_serving(worker_count: usize) {
     let deadline = Duration::from_millis(800);
     let host = std::sync::Arc::new(
         ComponentHost::new(HostConfig {
@@ -718,7 +723,7 @@ fn spinning_plans_leave_the_runtime_serving() {
     let adapter = host
         .load(Path::new(artifacts::ADAPTER_SPIN), World::RuntimeAdapter)
         .unwrap();
-    two_workers().block_on(async {
+    workers(worker_count).block_on(async {
         let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let ticker = tokio::spawn({
             let ticks = ticks.clone();
@@ -735,8 +740,13 @@ fn spinning_plans_leave_the_runtime_serving() {
             .map(|_| {
                 let (host, adapter) = (host.clone(), adapter.clone());
                 tokio::spawn(async move {
-                    host.plan_on_task(&adapter, &spin_request(true), &[], Box::new(NoServices))
-                        .await
+                    host.plan_on_task(
+                        &adapter,
+                        spin_request(true),
+                        Vec::new(),
+                        Box::new(NoServices),
+                    )
+                    .await
                 })
             })
             .collect();
@@ -754,13 +764,18 @@ fn spinning_plans_leave_the_runtime_serving() {
         assert!(took < deadline + Duration::from_secs(2), "took {took:?}");
         assert!(
             during >= 10,
-            "the runtime ticked {during} times in {:?}",
+            "{worker_count}-worker runtime: it ticked {during} times in {:?}",
             deadline / 2
         );
         ticker.abort();
 
         let planned = host
-            .plan_on_task(&adapter, &spin_request(false), &[], Box::new(NoServices))
+            .plan_on_task(
+                &adapter,
+                spin_request(false),
+                Vec::new(),
+                Box::new(NoServices),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -774,13 +789,23 @@ fn spinning_plans_leave_the_runtime_serving() {
         // next plan is answered.
         let given_up = tokio::time::timeout(
             Duration::from_millis(250),
-            host.plan_on_task(&adapter, &spin_request(true), &[], Box::new(NoServices)),
+            host.plan_on_task(
+                &adapter,
+                spin_request(true),
+                Vec::new(),
+                Box::new(NoServices),
+            ),
         )
         .await;
         assert!(given_up.is_err(), "a spinning plan answered: {given_up:?}");
         for _ in 0..3 {
             let planned = host
-                .plan_on_task(&adapter, &spin_request(false), &[], Box::new(NoServices))
+                .plan_on_task(
+                    &adapter,
+                    spin_request(false),
+                    Vec::new(),
+                    Box::new(NoServices),
+                )
                 .await
                 .unwrap()
                 .unwrap();
@@ -792,13 +817,71 @@ fn spinning_plans_leave_the_runtime_serving() {
     });
 }
 
+/// A plan given up while it spins on a blocking thread, where its first
+/// tick sent it, stops at its next tick instead of its deadline: with one
+/// instance of the adapter allowed, the next plan, which needs that
+/// instance, is answered long before the given-up plan's deadline.
+#[test]
+fn a_plan_given_up_stops_at_its_next_tick() {
+    let deadline = Duration::from_secs(20);
+    let host = std::sync::Arc::new(
+        ComponentHost::new(HostConfig {
+            adapter_limits: Limits {
+                deadline,
+                ..Limits::default()
+            },
+            instances_per_world: 1,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let adapter = host
+        .load(Path::new(artifacts::ADAPTER_SPIN), World::RuntimeAdapter)
+        .unwrap();
+    for worker_count in [1, 2] {
+        workers(worker_count).block_on(async {
+            let given_up = tokio::time::timeout(
+                Duration::from_millis(300),
+                host.plan_on_task(
+                    &adapter,
+                    spin_request(true),
+                    Vec::new(),
+                    Box::new(NoServices),
+                ),
+            )
+            .await;
+            assert!(given_up.is_err(), "a spinning plan answered: {given_up:?}");
+            let started = Instant::now();
+            let planned = host
+                .plan_on_task(
+                    &adapter,
+                    spin_request(false),
+                    Vec::new(),
+                    Box::new(NoServices),
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(matches!(
+                planned.action,
+                rye_components::PlannedAction::Process(ref p) if p.args == ["planned"]
+            ));
+            let waited = started.elapsed();
+            assert!(
+                waited < Duration::from_secs(5),
+                "{worker_count}-worker runtime: the next plan waited {waited:?}"
+            );
+        });
+    }
+}
+
 /// Plans awaited on a runtime's tasks, many at once and back to back,
 /// are each answered by an instance no other plan touched.
 #[test]
 fn plans_on_async_tasks_each_have_an_instance_of_their_own() {
     let (host, adapter) = remembering_host();
     let host = std::sync::Arc::new(host);
-    two_workers().block_on(async {
+    workers(2).block_on(async {
         let tasks: Vec<_> = (0..12)
             .map(|task| {
                 let (host, adapter) = (host.clone(), adapter.clone());
@@ -807,7 +890,7 @@ fn plans_on_async_tasks_each_have_an_instance_of_their_own() {
                         let request =
                             plan_request(serde_json::json!({"task": task, "round": round}));
                         let planned = host
-                            .plan_on_task(&adapter, &request, &[], Box::new(NoServices))
+                            .plan_on_task(&adapter, request, Vec::new(), Box::new(NoServices))
                             .await
                             .unwrap()
                             .unwrap();

@@ -958,16 +958,17 @@ impl<'a> ToolRun<'a> {
         let planned = match asking {
             Err(e) => Err(e),
             // Made on this task where it can be (see `plan_on_task`).
-            Ok(asking) => {
+            Ok(Asking {
+                adapter,
+                request,
+                grants,
+                services,
+                answer,
+            }) => {
                 let planned = (self.rye.components)
-                    .plan_on_task(
-                        &asking.adapter,
-                        &asking.request,
-                        &asking.grants,
-                        Box::new(asking.services),
-                    )
+                    .plan_on_task(&adapter, request, grants, Box::new(services))
                     .await;
-                asking.answer.checked(chain, planned)
+                answer.checked(chain, planned)
             }
         };
         self.trace
