@@ -162,34 +162,34 @@ where
             write.flush().await
         }
     }
+}
 
-    /// What to do with `line`, given the calls awaited.
-    fn message(calls: &mut HashSet<RequestId>, line: &[u8]) -> Read {
-        if let Some(answer) = tool_result(calls, line) {
-            return Read::Message(answer);
-        }
-        match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
-            Ok(message) => {
-                // A call answered otherwise (with an error, most often) is
-                // no longer awaited either.
-                let id = match &message {
-                    JsonRpcMessage::Response(response) => Some(&response.id),
-                    JsonRpcMessage::Error(error) => error.id.as_ref(),
-                    _ => None,
-                };
-                if let Some(id) = id {
-                    calls.remove(id);
-                }
-                Read::Message(message)
+/// What to do with `line`, given the calls awaited.
+fn message(calls: &mut HashSet<RequestId>, line: &[u8]) -> Read {
+    if let Some(answer) = tool_result(calls, line) {
+        return Read::Message(answer);
+    }
+    match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(line) {
+        Ok(message) => {
+            // A call answered otherwise (with an error, most often) is
+            // no longer awaited either.
+            let id = match &message {
+                JsonRpcMessage::Response(response) => Some(&response.id),
+                JsonRpcMessage::Error(error) => error.id.as_ref(),
+                _ => None,
+            };
+            if let Some(id) = id {
+                calls.remove(id);
             }
-            Err(e) if e.is_syntax() || e.is_eof() => Read::Ignore,
-            Err(_) if unknown_notification(line) => Read::Ignore,
-            Err(e) => Read::Answer(JsonRpcMessage::Error(JsonRpcError {
-                jsonrpc: JsonRpcVersion2_0,
-                id: None,
-                error: ErrorData::invalid_request(format!("Invalid request: {e}"), None),
-            })),
+            Read::Message(message)
         }
+        Err(e) if e.is_syntax() || e.is_eof() => Read::Ignore,
+        Err(_) if unknown_notification(line) => Read::Ignore,
+        Err(e) => Read::Answer(JsonRpcMessage::Error(JsonRpcError {
+            jsonrpc: JsonRpcVersion2_0,
+            id: None,
+            error: ErrorData::invalid_request(format!("Invalid request: {e}"), None),
+        })),
     }
 }
 
@@ -323,7 +323,7 @@ where
                     return None;
                 }
             }
-            match Self::message(&mut self.calls, self.read.line()) {
+            match message(&mut self.calls, self.read.line()) {
                 Read::Message(message) => return Some(message),
                 // Written from a task of its own, so that a cancelled
                 // `receive` never leaves half a message on the stream.
