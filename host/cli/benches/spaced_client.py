@@ -40,7 +40,7 @@ def median_ms(times):
 
 
 def main():
-    rye, probe = sys.argv[1], sys.argv[2]
+    rye, probe = os.path.abspath(sys.argv[1]), sys.argv[2]
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as project:
         env = {
