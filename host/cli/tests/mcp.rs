@@ -376,6 +376,16 @@ fn cancelling_an_execute_stops_a_component_tool_within_a_tick() {
             assert!(began.elapsed() < Duration::from_secs(60), "the tool never began");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Meanwhile the server answers others: the run left the one worker
+        // of a stdio server at its first tick.
+        let meanwhile = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.call_tool(call("execute", json!({"item_type": "tool", "item_id": "demo/counter", "project_path": env.project(), "parameters": {"do": "echo", "value": 2}}))),
+        )
+        .await
+        .expect("an execute waited for the running one")
+        .unwrap();
+        assert_eq!(meanwhile.structured_content.unwrap()["data"], json!({"echo": 2}));
         handle.cancel(Some("the test is done waiting".into())).await.unwrap();
         // Within a tick (100 ms) it stops; then the count stands still.
         tokio::time::sleep(Duration::from_millis(500)).await;
