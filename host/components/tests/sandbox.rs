@@ -687,6 +687,37 @@ fn spin_request(spin: bool) -> rye_components::PlanRequest {
     plan_request(serde_json::json!({"spin": spin}))
 }
 
+/// A plan of the spinning adapter on the awaiting task; it never returns
+/// when `spin`.
+async fn spin_plan(
+    host: &std::sync::Arc<ComponentHost>,
+    adapter: &std::sync::Arc<rye_components::LoadedComponent>,
+    spin: bool,
+) -> Result<
+    Result<rye_components::Planned, rye_components::PlanFailure>,
+    rye_components::ComponentError,
+> {
+    host.plan_on_task(
+        adapter,
+        spin_request(spin),
+        Vec::new(),
+        Box::new(NoServices),
+    )
+    .await
+}
+
+/// Asks the spinning adapter for a plan it makes at once, and checks it.
+async fn answered(
+    host: &std::sync::Arc<ComponentHost>,
+    adapter: &std::sync::Arc<rye_components::LoadedComponent>,
+) {
+    let planned = spin_plan(host, adapter, false).await.unwrap().unwrap();
+    assert!(matches!(
+        planned.action,
+        rye_components::PlannedAction::Process(ref p) if p.args == ["planned"]
+    ));
+}
+
 /// A multi-threaded runtime of `count` workers: two as on a two-core
 /// machine, one as `rye serve` runs over stdio.
 fn workers(count: usize) -> tokio::runtime::Runtime {
@@ -739,15 +770,7 @@ fn spinning_plans_leave_serving(worker_count: usize) {
         let plans: Vec<_> = (0..3)
             .map(|_| {
                 let (host, adapter) = (host.clone(), adapter.clone());
-                tokio::spawn(async move {
-                    host.plan_on_task(
-                        &adapter,
-                        spin_request(true),
-                        Vec::new(),
-                        Box::new(NoServices),
-                    )
-                    .await
-                })
+                tokio::spawn(async move { spin_plan(&host, &adapter, true).await })
             })
             .collect();
         // Measured from the ticker's side: what it counted in the half of
@@ -769,50 +792,17 @@ fn spinning_plans_leave_serving(worker_count: usize) {
         );
         ticker.abort();
 
-        let planned = host
-            .plan_on_task(
-                &adapter,
-                spin_request(false),
-                Vec::new(),
-                Box::new(NoServices),
-            )
-            .await
-            .unwrap()
-            .unwrap();
-        let rye_components::PlannedAction::Process(process) = planned.action else {
-            panic!("not a process plan");
-        };
-        assert_eq!(process.args, ["planned"]);
+        answered(&host, &adapter).await;
 
         // A plan given up while it spins (its future dropped at one of its
         // ticks, as when a client cancels the request) ends there, and the
         // next plan is answered.
-        let given_up = tokio::time::timeout(
-            Duration::from_millis(250),
-            host.plan_on_task(
-                &adapter,
-                spin_request(true),
-                Vec::new(),
-                Box::new(NoServices),
-            ),
-        )
-        .await;
+        let given_up =
+            tokio::time::timeout(Duration::from_millis(250), spin_plan(&host, &adapter, true))
+                .await;
         assert!(given_up.is_err(), "a spinning plan answered: {given_up:?}");
         for _ in 0..3 {
-            let planned = host
-                .plan_on_task(
-                    &adapter,
-                    spin_request(false),
-                    Vec::new(),
-                    Box::new(NoServices),
-                )
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(matches!(
-                planned.action,
-                rye_components::PlannedAction::Process(ref p) if p.args == ["planned"]
-            ));
+            answered(&host, &adapter).await;
         }
     });
 }
@@ -840,32 +830,12 @@ fn a_plan_given_up_stops_at_its_next_tick() {
         .unwrap();
     for worker_count in [1, 2] {
         workers(worker_count).block_on(async {
-            let given_up = tokio::time::timeout(
-                Duration::from_millis(300),
-                host.plan_on_task(
-                    &adapter,
-                    spin_request(true),
-                    Vec::new(),
-                    Box::new(NoServices),
-                ),
-            )
-            .await;
+            let given_up =
+                tokio::time::timeout(Duration::from_millis(300), spin_plan(&host, &adapter, true))
+                    .await;
             assert!(given_up.is_err(), "a spinning plan answered: {given_up:?}");
             let started = Instant::now();
-            let planned = host
-                .plan_on_task(
-                    &adapter,
-                    spin_request(false),
-                    Vec::new(),
-                    Box::new(NoServices),
-                )
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(matches!(
-                planned.action,
-                rye_components::PlannedAction::Process(ref p) if p.args == ["planned"]
-            ));
+            answered(&host, &adapter).await;
             let waited = started.elapsed();
             assert!(
                 waited < Duration::from_secs(5),
