@@ -925,12 +925,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // more, a hand-off between rmcp's tasks wakes a parked worker
             // on the answer's path, dearest after an idle spell (see
             // BENCHMARKS.md, "One worker for a stdio server"). Work that
-            // may go on leaves the worker (a
-            // component's run or plan at its first epoch tick, a wait
-            // through `block_in_place` or the blocking pool), so the
-            // worker keeps reading; a request's own CPU work (a search, a
-            // parse) does not, and two such requests take turns. Over HTTP
-            // there may be many clients: a worker per core.
+            // may go on leaves the worker (a component's run or plan at
+            // its first epoch tick, a wait through `block_in_place` or the
+            // blocking pool), so the worker keeps reading; a request's own
+            // CPU work (a search, a parse) does not, and two such requests
+            // take turns. Over HTTP there may be many clients: a worker per
+            // core.
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
             if http.is_none() {
                 runtime.worker_threads(1);
