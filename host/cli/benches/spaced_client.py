@@ -14,10 +14,16 @@ a spaced execute is the server's.
 
 TOOL_PROBE_WASM is the test component `tests/test-programs/tool-probe`
 (built by any test run, under target/wasm/wasm32-wasip2/release/).
+
+With `--wakes`, the server runs under `strace -f` instead, and the
+script counts, over N executes 3 ms apart, those where the thread that
+read the request woke another thread (a `futex` wake) before the answer
+was written: a hand-off on the answer's path.
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,9 +45,30 @@ def median_ms(times):
     return sorted(times)[len(times) // 2] * 1e3
 
 
+def wakes_before_answers(trace, ids):
+    """Of the requests `ids` in an `strace -f` log, those whose read it
+    shows whole, and of those the ones whose reading thread made a `futex`
+    wake before their answer was written."""
+    seen, woke, reader = set(), set(), {}
+    request = re.compile(r'^(\d+) +read\(\d+, "\{\\"jsonrpc\\": \\"2.0\\", \\"id\\": (\d+),')
+    answer = re.compile(r'^\d+ +write\(\d+, "\{\\"jsonrpc\\":\\"2.0\\",\\"id\\":(\d+),')
+    for line in trace.splitlines():
+        if m := request.match(line):
+            if int(m.group(2)) in ids:
+                reader = {"thread": m.group(1), "id": int(m.group(2))}
+                seen.add(reader["id"])
+        elif m := answer.match(line):
+            reader = {}
+        elif reader and line.startswith(reader["thread"] + " ") and "FUTEX_WAKE" in line:
+            woke.add(reader["id"])
+    return seen, woke
+
+
 def main():
-    rye, probe = os.path.abspath(sys.argv[1]), sys.argv[2]
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+    args = [a for a in sys.argv[1:] if a != "--wakes"]
+    wakes = len(args) < len(sys.argv) - 1
+    rye, probe = os.path.abspath(args[0]), args[1]
+    count = int(args[2]) if len(args) > 2 else (50 if wakes else 1000)
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as project:
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -58,8 +85,11 @@ def main():
         for args in (["keys", "generate"], ["keys", "trust"], ["sign", "tool", "demo/probe"]):
             subprocess.run([rye, *args], cwd=project, env=env, check=True, capture_output=True)
 
+        trace = os.path.join(home, "serve.strace")
+        traced = ["strace", "-f", "-e", "trace=read,write,futex", "-o", trace] if wakes else []
         server = subprocess.Popen(
-            [rye, "serve"], cwd=project, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [*traced, rye, "serve"], cwd=project, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE
         )
 
         def send(message):
@@ -115,6 +145,19 @@ def main():
 
         for _ in range(100):
             execute()
+        if wakes:
+            first = next(calls) + 1
+            for _ in range(count):
+                time.sleep(0.003)
+                execute()
+            server.stdin.close()
+            server.wait()
+            with open(trace) as f:
+                seen, woke = wakes_before_answers(f.read(), range(first, first + count))
+            print(f"{count} executes 3 ms apart, {len(seen)} of their reads traced whole: in "
+                  f"{len(woke)} the thread that read the request woke another before the "
+                  "answer was written")
+            return
         pings = [ping() for _ in range(count)]
         executes = [execute() for _ in range(count)]
         spawns = [spawn() for _ in range(count // 2)]
