@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 
 use rye_gate::HostCall;
 use serde_json::Value;
@@ -138,24 +137,23 @@ impl ComponentHost {
         grants: Vec<PathBuf>,
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .ok()
-            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let Some(runtime) = runtime else {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi_thread {
             return std::thread::scope(|scope| {
                 scope
                     .spawn(|| self.plan(component, &request, &grants, services))
                     .join()
                     .expect("the plan's thread panicked")
             });
-        };
+        }
         if !services.answers_at_once() {
             return tokio::task::block_in_place(|| {
                 self.plan(component, &request, &grants, services)
             });
         }
         let ticks = Arc::new(Ticks::default());
-        let mut plan = Box::pin({
+        let plan = Box::pin({
             let (host, component, ticks) =
                 (Arc::clone(self), Arc::clone(component), Arc::clone(&ticks));
             async move {
@@ -163,17 +161,11 @@ impl ComponentHost {
                     .await
             }
         });
-        let inline = std::future::poll_fn(|cx| match plan.as_mut().poll(cx) {
-            Poll::Ready(done) => Poll::Ready(Some(done)),
-            Poll::Pending if ticks.ticked.load(Ordering::Acquire) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        })
-        .await;
-        if let Some(done) = inline {
-            return done;
-        }
+        // Dropped while the plan is on a blocking thread, this future
+        // stops it at its next tick (on the task, the plan is dropped
+        // with it).
         let _stop_if_dropped = ticks.stop_on_drop();
-        match tokio::task::spawn_blocking(move || runtime.block_on(plan)).await {
+        match crate::host::on_task_until_tick(plan, &ticks.ticked).await {
             Ok(done) => done,
             Err(e) => Err(ComponentError {
                 path: component.path.clone(),

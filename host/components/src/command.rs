@@ -493,20 +493,8 @@ impl AsyncRun {
     pub async fn run(self, grants: CommandGrants, stdin: Vec<u8>) -> Answer {
         let path = self.command.path.clone();
         let ticked = Arc::new(AtomicBool::new(false));
-        let mut work = Box::pin(self.work(grants, stdin, Arc::clone(&ticked)));
-        let inline = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
-            std::task::Poll::Ready(done) => std::task::Poll::Ready(Some(done)),
-            std::task::Poll::Pending if ticked.load(Ordering::Acquire) => {
-                std::task::Poll::Ready(None)
-            }
-            std::task::Poll::Pending => std::task::Poll::Pending,
-        })
-        .await;
-        if let Some(done) = inline {
-            return done;
-        }
-        let runtime = tokio::runtime::Handle::current();
-        match tokio::task::spawn_blocking(move || runtime.block_on(work)).await {
+        let work = Box::pin(self.work(grants, stdin, Arc::clone(&ticked)));
+        match crate::host::on_task_until_tick(work, &ticked).await {
             Ok(done) => done,
             Err(e) => (
                 Err(ComponentError {

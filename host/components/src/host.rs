@@ -781,6 +781,32 @@ fn instances_per_world(config: &HostConfig) -> usize {
     }
 }
 
+/// Polls `work` on the awaiting task until it ends or `ticked` turns true
+/// (it yielded at an epoch tick); a `work` still going then goes on on a
+/// blocking thread, so that it holds an async worker for one tick at
+/// most. The error: its task there ended abnormally.
+pub(crate) async fn on_task_until_tick<F>(
+    mut work: std::pin::Pin<Box<F>>,
+    ticked: &std::sync::atomic::AtomicBool,
+) -> Result<F::Output, tokio::task::JoinError>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use std::task::Poll;
+    let inline = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
+        Poll::Ready(done) => Poll::Ready(Some(done)),
+        Poll::Pending if ticked.load(std::sync::atomic::Ordering::Acquire) => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+    .await;
+    if let Some(done) = inline {
+        return Ok(done);
+    }
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(work)).await
+}
+
 /// Advances the engine's epoch every tick for as long as the engine lives.
 fn start_epoch_ticker(engine: &Engine) {
     let weak = engine.weak();
