@@ -65,10 +65,10 @@ def wakes_before_answers(trace, ids):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--wakes"]
-    wakes = len(args) < len(sys.argv) - 1
-    rye, probe = os.path.abspath(args[0]), args[1]
-    count = int(args[2]) if len(args) > 2 else (50 if wakes else 1000)
+    wakes = "--wakes" in sys.argv[1:]
+    positional = [a for a in sys.argv[1:] if a != "--wakes"]
+    rye, probe = os.path.abspath(positional[0]), positional[1]
+    count = int(positional[2]) if len(positional) > 2 else (50 if wakes else 1000)
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as project:
         env = {
             "PATH": os.environ.get("PATH", ""),
