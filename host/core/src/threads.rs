@@ -369,7 +369,8 @@ impl Recording {
 
     /// Ends the thread with the status `result` shows, storing the result:
     /// once the thread is known to be recorded, the writing goes on after
-    /// this returns, grouped with the other runs that end within
+    /// this returns, on the records' thread (see [`records_writer`]),
+    /// grouped with the other runs that end within
     /// [`GROUP_WITHIN`] (this host's readers wait for it; see
     /// [`Threads::flush`]). An error when the thread could not be recorded.
     pub(crate) async fn end(mut self, result: &Value, timed_out: bool) -> Result<(), String> {
@@ -405,7 +406,7 @@ impl Recording {
         };
         if first {
             let mut hurried = self.hurry.subscribe();
-            let task = tokio::spawn(async move {
+            let task = records_writer().spawn(async move {
                 tokio::select! {
                     () = tokio::time::sleep(GROUP_WITHIN) => {}
                     _ = hurried.changed() => {}
@@ -416,6 +417,30 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+/// Where the records of ended runs are written: on a thread of their
+/// own, so that a group's transaction (and now and then the checkpoint
+/// with its `fsync` that follows it) never holds up the async worker a
+/// call's answer waits for; over stdio there is one. On the caller's
+/// runtime if that thread could not be started.
+fn records_writer() -> tokio::runtime::Handle {
+    static WRITER: std::sync::OnceLock<Option<tokio::runtime::Handle>> = std::sync::OnceLock::new();
+    let writer = WRITER.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("rye-records".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .ok()?;
+        Some(handle)
+    });
+    writer
+        .clone()
+        .unwrap_or_else(tokio::runtime::Handle::current)
 }
 
 /// How long the first of the runs that ended waits for others to end, so
