@@ -182,7 +182,6 @@ async fn alternate(
     (direct_calls, pooled)
 }
 
-/// `count` sequential calls, in all.
 /// `count` calls one after another: the whole time, and each call's.
 async fn sequential(
     client: &RunningService<RoleClient, ()>,
