@@ -37,9 +37,8 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt, service::RunningService};
 use serde_json::{Value, json};
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median(times: Vec<Duration>) -> Duration {
+    quantile(times, 500)
 }
 
 fn p90(times: Vec<Duration>) -> Duration {
