@@ -463,6 +463,7 @@ Host: evil"}),
             (call.startup_timeout_ms, call.timeout_ms),
             (Some(5000), Some(60_000))
         );
+        assert!(call.reusable, "nothing but the chain went into it");
 
         let mut plain = chain.clone();
         plain[1] = element("rt", "/rt.yaml", json!({"config": {"timeout": 60}}));
@@ -486,6 +487,55 @@ Host: evil"}),
             matches!(&error, PlanError::Config(e) if e.message.contains("tool_name")),
             "{error:?}"
         );
+    }
+
+    #[test]
+    fn an_mcp_call_is_reusable_only_when_nothing_but_the_chain_went_into_it() {
+        let chain = |tool: Value| {
+            vec![
+                element("mcp/notes/add", "/proj/.ai/tools/mcp/notes/add.yaml", tool),
+                element(
+                    "rye/core/primitives/mcp_client",
+                    "/sys/.ai/tools/rye/core/primitives/mcp_client.yaml",
+                    json!({"executor_id": null}),
+                ),
+            ]
+        };
+        let reusable = |tool: Value, params: Value, host: &Fake| {
+            let Planned::Mcp(call) = plan::plan(&input(chain(tool), params), host).unwrap() else {
+                panic!("not a call")
+            };
+            call.reusable
+        };
+        let host = Fake {
+            files: HashMap::from([("/proj/.ai/tools/mcp/notes/Cargo.toml".into(), String::new())]),
+            configs: HashMap::from([(("project".into(), "notes.yaml".into()), "a: 1\n".into())]),
+            ..Fake::default()
+        };
+        let plain = json!({"server": "mcp/servers/notes", "tool_name": "add", "timeout": 5});
+        assert!(reusable(
+            json!({"config": plain}),
+            json!({"x": "{y}"}),
+            &host
+        ));
+        // A parameter named in a key the plan uses.
+        let from_parameters = json!({"server": "mcp/servers/notes", "tool_name": "{which}"});
+        assert!(!reusable(
+            json!({"config": from_parameters}),
+            json!({"which": "add"}),
+            &host
+        ));
+        let timeout = json!({"server": "mcp/servers/notes", "tool_name": "add", "timeout": "{t}"});
+        assert!(!reusable(
+            json!({"config": timeout}),
+            json!({"t": 5}),
+            &host
+        ));
+        // A file looked at for the anchor, a config file read.
+        let anchored = json!({"config": plain, "anchor": {"mode": "auto", "markers_any": ["Cargo.toml"], "root": "tool_dir"}});
+        assert!(!reusable(anchored, json!({}), &host));
+        let resolved = json!({"config": plain, "config_resolve": {"path": "notes.yaml", "mode": "first_match"}});
+        assert!(!reusable(resolved, json!({}), &host));
     }
 
     #[test]
@@ -519,6 +569,7 @@ Host: evil"}),
         assert_eq!(call.server, "mcp/servers/notes");
         assert_eq!(call.arguments, params.to_string(), "parameters are data");
         assert!(plain.asked.borrow().is_empty(), "{:?}", plain.asked);
+        assert!(call.reusable);
 
         // Named anywhere in the configuration, however deep, it is read,
         // with the project's `.env` over the host's.
@@ -530,6 +581,7 @@ Host: evil"}),
         };
         assert_eq!(call.server, "mcp/servers/from-dotenv");
         assert_eq!(*named.asked.borrow(), ["environment", "/proj/.env"]);
+        assert!(!call.reusable, "the environment went into it");
 
         // An element's own env_config is checked as before.
         let mut declared = chain(json!({"server": "mcp/servers/notes", "tool_name": "add"}));

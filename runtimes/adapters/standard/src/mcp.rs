@@ -10,6 +10,12 @@
 //! The caller's parameters are the call's arguments, exactly as sent. The
 //! host resolves and verifies the server item and reaches the server; the
 //! adapter never sees how.
+//!
+//! The plan is marked reusable when none of those four keys holds a
+//! placeholder (so no parameter, and nothing of the environment, went
+//! into it) and [`crate::plan::plan`] asked the host nothing: the host may
+//! then make the next call of the same chain with other parameters from
+//! this plan, without asking again.
 
 use rye_guest::adapter::{McpPlan, PlanError};
 use rye_guest::serde_json::{Map, Value};
@@ -27,6 +33,9 @@ pub fn plan(
     vars: &Vars,
     parameters: &Map<String, Value>,
 ) -> Result<McpPlan, PlanError> {
+    let fixed = ["server", "tool_name", "timeout", "startup_timeout"]
+        .iter()
+        .all(|key| config.get(*key).is_none_or(|v| !mentions_placeholder(v)));
     let text = |key: &str| -> Result<String, PlanError> {
         match config.get(key).map(|v| vars.expand(v)) {
             Some(Value::String(s)) if !s.trim().is_empty() && lone_placeholder(&s).is_none() => {
@@ -55,5 +64,16 @@ pub fn plan(
         startup_timeout_ms: startup.map(|secs| (secs * 1000.0).round() as u64),
         timeout_ms: Some((timeout * 1000.0).round() as u64),
         notes: Vec::new(),
+        reusable: fixed,
     })
+}
+
+/// Whether any text in `value` could hold a placeholder.
+fn mentions_placeholder(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('{') || s.contains('$'),
+        Value::Array(items) => items.iter().any(mentions_placeholder),
+        Value::Object(members) => members.values().any(mentions_placeholder),
+        _ => false,
+    }
 }

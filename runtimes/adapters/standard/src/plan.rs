@@ -29,7 +29,7 @@
 //!    ends in the MCP primitive a tool call (see [`crate::mcp`]).
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -161,8 +161,59 @@ impl<'a> Element<'a> {
 }
 
 /// Plans one execution: the process, or the request when the chain ends
-/// in the HTTP primitive.
+/// in the HTTP primitive, or the tool call when it ends in the MCP one. A
+/// tool call is marked reusable (see [`crate::mcp`]) only when the plan
+/// asked `host` nothing: no environment, file or command went into it.
 pub fn plan(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
+    let watched = Watched {
+        host,
+        asked: Cell::new(false),
+    };
+    let mut planned = plan_with(input, &watched)?;
+    if let Planned::Mcp(call) = &mut planned {
+        call.reusable &= !watched.asked.get();
+    }
+    Ok(planned)
+}
+
+/// A host that notes whether it was asked anything.
+struct Watched<'h> {
+    host: &'h dyn Host,
+    asked: Cell<bool>,
+}
+
+impl Host for Watched<'_> {
+    fn environment(&self) -> Vec<(String, String)> {
+        self.asked.set(true);
+        self.host.environment()
+    }
+    fn which(&self, binary: &str) -> Option<String> {
+        self.asked.set(true);
+        self.host.which(binary)
+    }
+    fn run_declared_command(&self, item_id: &str) -> Result<String, String> {
+        self.asked.set(true);
+        self.host.run_declared_command(item_id)
+    }
+    fn read_config(&self, space: Space, path: &str) -> Result<Option<String>, String> {
+        self.asked.set(true);
+        self.host.read_config(space, path)
+    }
+    fn is_file(&self, path: &str) -> bool {
+        self.asked.set(true);
+        self.host.is_file(path)
+    }
+    fn is_program(&self, path: &str) -> bool {
+        self.asked.set(true);
+        self.host.is_program(path)
+    }
+    fn read_file(&self, path: &str) -> Option<String> {
+        self.asked.set(true);
+        self.host.read_file(path)
+    }
+}
+
+fn plan_with(input: &PlanInput, host: &dyn Host) -> Result<Planned, PlanError> {
     let elements = input
         .chain
         .iter()
