@@ -1104,6 +1104,34 @@ fn an_agent_manages_mcp_servers_over_mcp() {
         let after = result(client.call_tool(environment("NOTES_MARK")).await.unwrap());
         assert_eq!(after["data"]["result"], "second", "{after:#}");
 
+        // Warm calls of one tool with other parameters each get their own
+        // arguments; the tool item edited and signed again, the next call
+        // follows the edit.
+        for name in ["NOTES_MARK", "HOME", "NOTES_MARK"] {
+            let answer = result(client.call_tool(environment(name)).await.unwrap());
+            assert_eq!(answer["status"], "success", "{answer:#}");
+            assert_ne!(answer["data"]["result"], "(unset)", "{name}: {answer:#}");
+        }
+        let tool_item = env.project.path().join(".ai/tools/mcp/notes/environment.yaml");
+        let tool_text = std::fs::read_to_string(&tool_item).unwrap();
+        assert!(tool_text.contains("server: \"mcp/servers/notes\""), "{tool_text}");
+        std::fs::write(
+            &tool_item,
+            tool_text.replace("\"mcp/servers/notes\"", "\"mcp/servers/elsewhere\""),
+        )
+        .unwrap();
+        env.rye(&["sign", "tool", "mcp/notes/environment"]);
+        let moved = result(client.call_tool(environment("NOTES_MARK")).await.unwrap());
+        assert_eq!(moved["status"], "error", "{moved:#}");
+        assert!(
+            moved["error"].as_str().unwrap().contains("mcp/servers/elsewhere"),
+            "{moved:#}"
+        );
+        std::fs::write(&tool_item, &tool_text).unwrap();
+        env.rye(&["sign", "tool", "mcp/notes/environment"]);
+        let back = result(client.call_tool(environment("NOTES_MARK")).await.unwrap());
+        assert_eq!(back["data"]["result"], "second", "{back:#}");
+
         let listed = result(
             client
                 .call_tool(manage(json!({"action": "list"})))

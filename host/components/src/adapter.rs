@@ -11,97 +11,13 @@ use crate::bindings::adapter::exports::rye::plugin::planning as wit;
 use crate::bindings::adapter::rye::plugin::{host as wit_host, types as wit_types};
 use crate::error::{ComponentError, ComponentErrorKind};
 use crate::host::{ComponentHost, LoadedComponent, Pre, deadline_store};
+use crate::plans::{
+    PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess, PlannedRequest,
+};
 use crate::sandbox::CallState;
 use crate::services::{AdapterServices, PluginSpace};
 use crate::spare::{Kind, Made, Spare, SpareKey};
 use crate::world::World;
-
-/// One element of the chain an adapter plans for.
-#[derive(Debug, Clone)]
-pub struct PlanElement {
-    pub item_id: String,
-    pub space: PluginSpace,
-    pub path: PathBuf,
-    /// The element's normalized metadata, a JSON object as text.
-    pub metadata: Arc<str>,
-}
-
-/// What an adapter is asked to plan.
-#[derive(Debug, Clone)]
-pub struct PlanRequest {
-    /// Tool first, primitive last.
-    pub chain: Vec<PlanElement>,
-    /// The caller's parameters, a JSON object.
-    pub parameters: Value,
-    pub project_path: PathBuf,
-    pub user_space: PathBuf,
-    pub system_space: PathBuf,
-}
-
-/// What an adapter planned, and the notes it left for the trace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Planned {
-    pub action: PlannedAction,
-    pub notes: Vec<(String, Value)>,
-}
-
-/// The work the chain's primitive is to do.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PlannedAction {
-    Process(PlannedProcess),
-    Http(PlannedRequest),
-    Mcp(PlannedCall),
-}
-
-/// A process for the subprocess primitive.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlannedProcess {
-    pub command: String,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: Option<String>,
-    pub stdin: Option<Vec<u8>>,
-    pub timeout_ms: Option<u64>,
-}
-
-/// A tool call for the MCP primitive.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlannedCall {
-    /// The server item's id.
-    pub server: String,
-    pub tool_name: String,
-    /// A JSON object.
-    pub arguments: Value,
-    pub startup_timeout_ms: Option<u64>,
-    pub timeout_ms: Option<u64>,
-}
-
-/// A request for the HTTP primitive.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlannedRequest {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-    pub timeout_ms: Option<u64>,
-    pub max_response_bytes: Option<u64>,
-    pub max_redirects: Option<u32>,
-    /// Attempts in all and the first wait between them, in milliseconds.
-    pub retry: Option<(u32, u64)>,
-}
-
-/// An adapter's verdict that the chain cannot be planned.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanFailure {
-    #[error("{item_id}: invalid configuration: {message}")]
-    Config { item_id: String, message: String },
-    #[error("{item_id}: interpreter not found: {message}")]
-    InterpreterNotFound { item_id: String, message: String },
-    #[error("{item_id}: template error: {message}")]
-    Template { item_id: String, message: String },
-    #[error("the adapter cannot plan this chain: {0}")]
-    Unsupported(String),
-}
 
 impl ComponentHost {
     /// Asks a runtime adapter for the plan of one execution, blocking the
@@ -137,6 +53,9 @@ impl ComponentHost {
         grants: Vec<PathBuf>,
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        if let Some(planned) = self.reusable.reuse(&component.hash, &request, &grants) {
+            return Ok(Ok(planned));
+        }
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if !multi_thread {
@@ -197,6 +116,9 @@ impl ComponentHost {
         grants: &[PathBuf],
         services: Box<dyn AdapterServices>,
     ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        if let Some(planned) = self.reusable.reuse(&component.hash, request, grants) {
+            return Ok(Ok(planned));
+        }
         self.plan_ticking(component, request, grants, services, None)
             .await
     }
@@ -246,7 +168,11 @@ impl ComponentHost {
                 (deadline_store(self.engine(), state, limits.deadline), None)
             }
         };
-        store.data_mut().services = Some(services);
+        let asked = Arc::new(AtomicBool::new(false));
+        store.data_mut().services = Some(Box::new(Watched {
+            services,
+            asked: Arc::clone(&asked),
+        }));
         store.data_mut().slot = Some(slot);
         // At every tick until the deadline the call yields to the
         // runtime, so that a long plan shares the thread that awaits it;
@@ -317,6 +243,7 @@ impl ComponentHost {
             drop(store);
         }
         let result = result?;
+        let mut reusable = false;
         Ok(match result {
             Ok(planned) => {
                 let (action, raw_notes) = match planned {
@@ -360,6 +287,7 @@ impl ComponentHost {
                                 "the MCP call's arguments are not a JSON object".into(),
                             )));
                         }
+                        reusable = plan.reusable && !asked.load(Ordering::Relaxed);
                         (
                             PlannedAction::Mcp(PlannedCall {
                                 server: plan.server,
@@ -382,7 +310,16 @@ impl ComponentHost {
                     })?;
                     notes.push((note.step, detail));
                 }
-                Ok(Planned { action, notes })
+                let planned = Planned {
+                    action,
+                    notes,
+                    reused: false,
+                };
+                if reusable {
+                    self.reusable
+                        .keep(component.hash, request, grants, &planned);
+                }
+                Ok(planned)
             }
             Err(wit::PlanError::Config(e)) => Err(PlanFailure::Config {
                 item_id: e.item_id,
@@ -491,3 +428,37 @@ impl wit_host::Host for CallState {
 }
 
 impl wit_types::Host for CallState {}
+
+/// The services an adapter is lent, noting whether it asked them anything.
+struct Watched {
+    services: Box<dyn AdapterServices>,
+    asked: Arc<AtomicBool>,
+}
+
+impl Watched {
+    fn asked(&mut self) -> &mut dyn AdapterServices {
+        self.asked.store(true, Ordering::Relaxed);
+        &mut *self.services
+    }
+}
+
+impl AdapterServices for Watched {
+    fn get_env(&mut self, name: &str) -> Option<String> {
+        self.asked().get_env(name)
+    }
+    fn environment(&mut self) -> Vec<(String, String)> {
+        self.asked().environment()
+    }
+    fn which(&mut self, binary: &str) -> Option<String> {
+        self.asked().which(binary)
+    }
+    fn run_declared_command(&mut self, item_id: &str) -> Result<String, String> {
+        self.asked().run_declared_command(item_id)
+    }
+    fn read_config(&mut self, space: PluginSpace, path: &str) -> Result<Option<String>, String> {
+        self.asked().read_config(space, path)
+    }
+    fn answers_at_once(&self) -> bool {
+        self.services.answers_at_once()
+    }
+}

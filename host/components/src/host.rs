@@ -247,6 +247,9 @@ pub struct ComponentHost {
     async_runs: Arc<AtomicUsize>,
     /// An instance of the last adapter planned with, made ahead.
     pub(crate) spares: crate::spare::Spares,
+    /// Tool calls adapters planned that may be made again with other
+    /// parameters.
+    pub(crate) reusable: crate::plans::ReusablePlans,
 }
 
 impl ComponentHost {
@@ -277,6 +280,7 @@ impl ComponentHost {
             commands_async,
             async_runs: Arc::default(),
             spares: crate::spare::Spares::default(),
+            reusable: Default::default(),
             loaded_commands: Mutex::default(),
             engine,
             linkers,

@@ -36,6 +36,7 @@ mod host;
 mod limits;
 mod net;
 mod parse;
+mod plans;
 mod sandbox;
 mod services;
 mod slots;
@@ -44,10 +45,6 @@ mod validate;
 mod walker;
 mod world;
 
-pub use adapter::{
-    PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
-    PlannedRequest,
-};
 pub use command::{
     AsyncRun, CommandGrants, CommandOutput, CommandStop, DirGrant, Spent, ToolError,
 };
@@ -59,6 +56,10 @@ pub use limits::Limits;
 pub use net::HostRule;
 pub use parse::{
     Diagnostic, ParseFailure, ParseRequest, ParsedDocument, PluginKind, Position, Severity,
+};
+pub use plans::{
+    PlanElement, PlanFailure, PlanRequest, Planned, PlannedAction, PlannedCall, PlannedProcess,
+    PlannedRequest,
 };
 pub use services::{AdapterServices, PluginSpace};
 pub use spare::{Busy, IDLE_QUEUED, chores_when_idle, idle_chores, idle_chores_waiting};

@@ -984,7 +984,10 @@ impl<'a> ToolRun<'a> {
         }
         self.warnings
             .extend(adapter_signed.warning(&format!("adapter {}", adapter.display())));
-        self.step(Step::Adapter { path: adapter });
+        self.step(Step::Adapter {
+            path: adapter,
+            reused: plan.reused,
+        });
         for (step, detail) in &plan.notes {
             let mut event = json!({"step": step});
             if let (Value::Object(event), Value::Object(detail)) = (&mut event, detail) {

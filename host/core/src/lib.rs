@@ -91,7 +91,8 @@ pub fn bundled_artifacts() -> (usize, usize) {
 }
 pub use rye_components::{
     CONTRACT_VERSION, ComponentError, ComponentErrorKind, ComponentHost, Diagnostic, HostConfig,
-    Inspection, Limits, ParseFailure, ParsedDocument, Position, Severity, World,
+    Inspection, Limits, ParseFailure, ParsedDocument, Planned, PlannedAction, PlannedCall,
+    Position, Severity, World,
 };
 pub use rye_integrity;
 pub use rye_space::query::{Fuzzy, Matching};

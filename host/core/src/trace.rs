@@ -75,8 +75,14 @@ pub enum Step {
         found: bool,
         signature: Value,
     },
-    /// The runtime adapter that planned the process.
-    Adapter { path: PathBuf },
+    /// The runtime adapter that planned the process; `reused` when the
+    /// plan was one it made earlier for the same chain with other
+    /// parameters, which it said could be (the adapter was not run).
+    Adapter {
+        path: PathBuf,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        reused: bool,
+    },
     /// The process planned.
     Plan {
         command: String,

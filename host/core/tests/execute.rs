@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::write;
-use rye_host::{ExecuteRequest, ItemKind, Rye};
+use rye_host::{ExecuteRequest, ItemKind, PlannedAction, Rye};
 use rye_test_artifacts as artifacts;
 use serde_json::{Value, json};
 
@@ -599,4 +599,79 @@ fn validators_refuse_execution_of_what_they_find_wrong_and_remember_what_passed(
         tampered["error"].as_str().unwrap().contains("modified"),
         "{tampered:#}"
     );
+}
+
+/// A tool call its adapter marked reusable is planned once per chain: a
+/// later plan of the same chain with other parameters is that plan with
+/// those parameters as its arguments, the adapter not run. An edit of any
+/// element, signed again, is planned anew; a call whose configuration
+/// names a variable, or parameters that are not an object, always go to
+/// the adapter.
+#[test]
+fn a_reusable_tool_call_is_planned_once_per_chain() {
+    let (project, user) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = project.path();
+    let item = |config: &str| {
+        format!(
+            "version: '1.0.0'\ntool_type: mcp\nexecutor_id: rye/core/runtimes/mcp/stdio\n\
+             description: Echoes.\nconfig:\n{config}\ninput_schema: {{type: object}}\n"
+        )
+    };
+    let plain = "  server: mcp/servers/notes\n  tool_name: echo";
+    write(p, ".ai/tools/mcp/notes/echo.yaml", item(plain));
+    let rye = rye(user.path());
+    let plan = |parameters: Value| {
+        let (_, planned, _) = rye.plan(Some(p), "mcp/notes/echo", parameters).unwrap();
+        let PlannedAction::Mcp(call) = &planned.action else {
+            panic!("not a tool call: {planned:?}");
+        };
+        (planned.reused, call.clone())
+    };
+
+    let (reused, first) = plan(json!({"text": "one"}));
+    assert!(!reused, "the first plan is the adapter's");
+    assert_eq!(first.arguments, json!({"text": "one"}));
+    let (reused, second) = plan(json!({"text": "two", "n": [1, 2]}));
+    assert!(reused);
+    assert_eq!(second.arguments, json!({"text": "two", "n": [1, 2]}));
+    assert_eq!(
+        (&second.server, &second.tool_name, second.timeout_ms),
+        (&first.server, &first.tool_name, first.timeout_ms)
+    );
+
+    // An edit, signed again, reaches the next plan.
+    write(
+        p,
+        ".ai/tools/mcp/notes/echo.yaml",
+        item(&format!("{plain}\n  timeout: 7")),
+    );
+    let (reused, edited) = plan(json!({"text": "three"}));
+    assert!(!reused, "the edited chain went to the adapter");
+    assert_eq!(edited.timeout_ms, Some(7000));
+    let (reused, again) = plan(json!({"text": "four"}));
+    assert!(reused);
+    assert_eq!(
+        (again.timeout_ms, &again.arguments),
+        (Some(7000), &json!({"text": "four"}))
+    );
+
+    // Parameters that are not an object are the adapter's to refuse.
+    let refused = rye.plan(Some(p), "mcp/notes/echo", json!([1])).unwrap_err();
+    assert!(
+        refused.to_string().contains("not a JSON object"),
+        "{refused}"
+    );
+
+    // A call whose configuration names a variable reads the environment,
+    // so it is planned by the adapter every time.
+    write(
+        p,
+        ".ai/tools/mcp/notes/echo.yaml",
+        item("  server: mcp/servers/${NOTES_SERVER:-notes}\n  tool_name: echo"),
+    );
+    for text in ["five", "six"] {
+        let (reused, call) = plan(json!({"text": text}));
+        assert!(!reused, "{text}");
+        assert_eq!(call.arguments, json!({"text": text}));
+    }
 }
