@@ -157,19 +157,19 @@ async fn direct_everything() -> RunningService<RoleClient, ()> {
 /// warm-up: the times of each.
 async fn alternate(
     direct: &RunningService<RoleClient, ()>,
-    direct_call: &CallToolRequestParams,
+    direct_call: impl Fn(usize) -> CallToolRequestParams,
     rye: &RunningService<RoleClient, ()>,
-    execute: &CallToolRequestParams,
+    execute: impl Fn(usize) -> CallToolRequestParams,
     rounds: usize,
 ) -> (Vec<Duration>, Vec<Duration>) {
     let (mut direct_calls, mut pooled) = (Vec::new(), Vec::new());
     for round in 0..rounds + 50 {
         let started = Instant::now();
-        let answer = direct.call_tool(direct_call.clone()).await.unwrap();
+        let answer = direct.call_tool(direct_call(round)).await.unwrap();
         let direct_time = started.elapsed();
         assert_ne!(answer.is_error, Some(true));
         let started = Instant::now();
-        let answer = rye.call_tool(execute.clone()).await.unwrap();
+        let answer = rye.call_tool(execute(round)).await.unwrap();
         let pooled_time = started.elapsed();
         let text = serde_json::to_string(&answer.content).unwrap();
         assert!(text.contains("success"), "{text}");
@@ -181,17 +181,18 @@ async fn alternate(
     (direct_calls, pooled)
 }
 
-/// `count` calls one after another: the whole time, and each call's.
+/// `count` calls one after another, `call(i)` the `i`th: the whole time,
+/// and each call's.
 async fn sequential(
     client: &RunningService<RoleClient, ()>,
-    call: &CallToolRequestParams,
+    call: impl Fn(usize) -> CallToolRequestParams,
     count: usize,
 ) -> (Duration, Vec<Duration>) {
     let mut each = Vec::with_capacity(count);
     let started = Instant::now();
-    for _ in 0..count {
+    for i in 0..count {
         let call_started = Instant::now();
-        client.call_tool(call.clone()).await.unwrap();
+        client.call_tool(call(i)).await.unwrap();
         each.push(call_started.elapsed());
     }
     (started.elapsed(), each)
@@ -270,22 +271,22 @@ fn main() {
         assert!(text.contains("cold") && text.contains("success"), "{text}");
 
         let server = direct().await;
-        let (direct_calls, pooled) = alternate(
-            &server,
-            &call("echo", json!({"text": "hi"})),
-            &rye,
-            &call("execute", echo("hi")),
-            500,
-        )
-        .await;
+        // Every call says something else: nothing may be answered from an
+        // earlier call with the same parameters.
+        let text = |i: usize| format!("hi {i}");
+        let direct_echo = |i| call("echo", json!({"text": text(i)}));
+        let execute_echo = |i| call("execute", echo(&text(i)));
+        let (direct_calls, pooled) = alternate(&server, direct_echo, &rye, execute_echo, 500).await;
         let fast = direct_everything().await;
-        let fast_execute = call(
-            "execute",
-            json!({"item_type": "tool", "item_id": "mcp/everything/echo", "project_path": project_path, "parameters": {"message": "hi"}}),
-        );
-        let fast_direct = call("echo", json!({"message": "hi"}));
+        let fast_execute = |i| {
+            call(
+                "execute",
+                json!({"item_type": "tool", "item_id": "mcp/everything/echo", "project_path": project_path, "parameters": {"message": text(i)}}),
+            )
+        };
+        let fast_direct = |i| call("echo", json!({"message": text(i)}));
         let (fast_direct_calls, fast_pooled) =
-            alternate(&fast, &fast_direct, &rye, &fast_execute, 500).await;
+            alternate(&fast, fast_direct, &rye, fast_execute, 500).await;
         // The parts of the hop: the transport alone (a ping), and an
         // execute that stops after the chain and its validation.
         let (mut pings, mut dry_runs) = (Vec::new(), Vec::new());
@@ -307,17 +308,16 @@ fn main() {
                 .unwrap();
             dry_runs.push(started.elapsed());
         }
-        let (thousand, _) = sequential(&rye, &call("execute", echo("hi")), 1000).await;
-        let (thousand_direct, _) =
-            sequential(&server, &call("echo", json!({"text": "hi"})), 1000).await;
+        let (thousand, _) = sequential(&rye, execute_echo, 1000).await;
+        let (thousand_direct, _) = sequential(&server, direct_echo, 1000).await;
         let cpu_before = common::cpu_seconds(pid);
-        let (fast_thousand, _) = sequential(&rye, &fast_execute, 1000).await;
+        let (fast_thousand, _) = sequential(&rye, fast_execute, 1000).await;
         let fast_thousand_cpu = common::cpu_seconds(pid) - cpu_before;
-        let (fast_thousand_direct, _) = sequential(&fast, &fast_direct, 1000).await;
+        let (fast_thousand_direct, _) = sequential(&fast, fast_direct, 1000).await;
         // The tail: a call now and then waits for the host's other work
         // (its records, a checkpoint of their database).
-        let (_, fast_tail) = sequential(&rye, &fast_execute, 4000).await;
-        let (_, fast_tail_direct) = sequential(&fast, &fast_direct, 4000).await;
+        let (_, fast_tail) = sequential(&rye, fast_execute, 4000).await;
+        let (_, fast_tail_direct) = sequential(&fast, fast_direct, 4000).await;
         let last = rye.call_tool(call("execute", echo("hi"))).await.unwrap();
         // Where a warm call's time goes, as the host counts it.
         let result: Value = last
