@@ -109,6 +109,10 @@ impl ComponentHost {
     /// `services` run no command (a chain element's declared resolve
     /// command blocks until it exits); [`ComponentHost::plan_on_task`]
     /// decides where.
+    ///
+    /// A tool call the adapter marked reusable, planned for the same input
+    /// but the parameters, is answered from that plan without running the
+    /// adapter (see `ReusablePlans`), as by [`ComponentHost::plan_on_task`].
     pub async fn plan_async(
         &self,
         component: &LoadedComponent,

@@ -516,6 +516,69 @@ impl rye_components::AdapterServices for NoServices {
     }
 }
 
+/// An adapter's word that a tool call is reusable is taken while it asked
+/// the host nothing: a later plan of the same input with other parameters
+/// is the kept call, those parameters its arguments, and the adapter does
+/// not run (the name it would have taken from them stays the first one).
+/// An adapter that asked the host's services anything is asked again
+/// every time, whatever it says; so is one shown another input.
+#[test]
+fn a_reusable_call_is_reused_only_when_the_adapter_asked_the_host_nothing() {
+    let host = ComponentHost::new(HostConfig {
+        spares: true,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let adapter = host
+        .load(Path::new(artifacts::ADAPTER_REUSES), World::RuntimeAdapter)
+        .unwrap();
+    let views = tempfile::tempdir().unwrap();
+    let grants = [views.path().to_owned()];
+    let plan = |request: &rye_components::PlanRequest| {
+        let planned = host
+            .plan(&adapter, request, &grants, Box::new(NoServices))
+            .unwrap()
+            .unwrap();
+        let rye_components::PlannedAction::Mcp(call) = planned.action else {
+            panic!("not a tool call");
+        };
+        (planned.reused, call.tool_name, call.arguments)
+    };
+
+    let first = plan_request(serde_json::json!({"name": "a"}));
+    assert_eq!(
+        plan(&first),
+        (false, "a".into(), serde_json::json!({"name": "a"}))
+    );
+    let second = plan_request(serde_json::json!({"name": "b", "n": 2}));
+    assert_eq!(
+        plan(&second),
+        (true, "a".into(), serde_json::json!({"name": "b", "n": 2})),
+        "the kept call, with these parameters as its arguments"
+    );
+    // Another input: the adapter is asked, and its call kept in place of
+    // the first.
+    let elsewhere = rye_components::PlanRequest {
+        project_path: PathBuf::from("/elsewhere"),
+        ..plan_request(serde_json::json!({"name": "c"}))
+    };
+    let (reused, tool_name, _) = plan(&elsewhere);
+    assert!(!reused);
+    assert_eq!(tool_name, "c");
+    assert_eq!(
+        plan(&elsewhere),
+        (true, "c".into(), serde_json::json!({"name": "c"}))
+    );
+
+    // Asking the host anything makes every plan the adapter's.
+    for name in ["d", "e", "f"] {
+        let asks = plan_request(serde_json::json!({"name": name, "ask": true}));
+        let (reused, tool_name, _) = plan(&asks);
+        assert!(!reused, "{name}");
+        assert_eq!(tool_name, name);
+    }
+}
+
 /// A host that makes spares, and the adapter that remembers its calls.
 fn remembering_host() -> (
     ComponentHost,
