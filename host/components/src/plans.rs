@@ -36,7 +36,7 @@ pub struct Planned {
     pub action: PlannedAction,
     pub notes: Vec<(String, Value)>,
     /// Made from an earlier plan of the same input with other parameters,
-    /// which its adapter said could be (see [`ReusablePlans`]), rather than
+    /// which its adapter said could be (see `ReusablePlans`), rather than
     /// by asking the adapter.
     pub reused: bool,
 }
