@@ -20,7 +20,7 @@
 use rye_guest::adapter::{McpPlan, PlanError};
 use rye_guest::serde_json::{Map, Value};
 
-use crate::plan::{Element, timeout_secs};
+use crate::plan::{Element, any_text, timeout_secs};
 use crate::template::{Vars, lone_placeholder};
 
 /// Seconds a call may take when no element says.
@@ -35,7 +35,11 @@ pub fn plan(
 ) -> Result<McpPlan, PlanError> {
     let fixed = ["server", "tool_name", "timeout", "startup_timeout"]
         .iter()
-        .all(|key| config.get(*key).is_none_or(|v| !mentions_placeholder(v)));
+        .all(|key| {
+            config
+                .get(*key)
+                .is_none_or(|v| !any_text(v, &|text| text.contains(['{', '$'])))
+        });
     let text = |key: &str| -> Result<String, PlanError> {
         match config.get(key).map(|v| vars.expand(v)) {
             Some(Value::String(s)) if !s.trim().is_empty() && lone_placeholder(&s).is_none() => {
@@ -66,14 +70,4 @@ pub fn plan(
         notes: Vec::new(),
         reusable: fixed,
     })
-}
-
-/// Whether any text in `value` could hold a placeholder.
-fn mentions_placeholder(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('{') || s.contains('$'),
-        Value::Array(items) => items.iter().any(mentions_placeholder),
-        Value::Object(members) => members.values().any(mentions_placeholder),
-        _ => false,
-    }
 }

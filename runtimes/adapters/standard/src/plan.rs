@@ -451,10 +451,15 @@ fn environment(
 
 /// Whether a configuration value names an environment variable anywhere.
 fn names_env(value: &Value) -> bool {
+    any_text(value, &|text| text.contains("${"))
+}
+
+/// Whether any text in `value`, however deep, passes `test`.
+pub(crate) fn any_text(value: &Value, test: &dyn Fn(&str) -> bool) -> bool {
     match value {
-        Value::String(text) => text.contains("${"),
-        Value::Array(items) => items.iter().any(names_env),
-        Value::Object(map) => map.values().any(names_env),
+        Value::String(text) => test(text),
+        Value::Array(items) => items.iter().any(|v| any_text(v, test)),
+        Value::Object(map) => map.values().any(|v| any_text(v, test)),
         _ => false,
     }
 }
