@@ -61,14 +61,14 @@ impl ComponentHost {
         if !multi_thread {
             return std::thread::scope(|scope| {
                 scope
-                    .spawn(|| self.plan(component, &request, &grants, services))
+                    .spawn(|| self.plan_anew(component, &request, &grants, services))
                     .join()
                     .expect("the plan's thread panicked")
             });
         }
         if !services.answers_at_once() {
             return tokio::task::block_in_place(|| {
-                self.plan(component, &request, &grants, services)
+                self.plan_anew(component, &request, &grants, services)
             });
         }
         let ticks = Arc::new(Ticks::default());
@@ -125,6 +125,20 @@ impl ComponentHost {
         }
         self.plan_ticking(component, request, grants, services, None)
             .await
+    }
+
+    /// [`ComponentHost::plan`] once the kept plans have been looked in:
+    /// the adapter is asked.
+    fn plan_anew(
+        &self,
+        component: &LoadedComponent,
+        request: &PlanRequest,
+        grants: &[PathBuf],
+        services: Box<dyn AdapterServices>,
+    ) -> Result<Result<Planned, PlanFailure>, ComponentError> {
+        wasmtime_wasi::runtime::in_tokio(
+            self.plan_ticking(component, request, grants, services, None),
+        )
     }
 
     /// [`ComponentHost::plan_async`], telling `ticks` of each tick it
